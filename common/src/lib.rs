@@ -1,0 +1,13 @@
+//! nvmf-common: what the NVMe-oF target and host share.
+//!
+//! - [`wire`]: zero-copy views and value types for every structure on the wire.
+//! - [`types`]: newtypes for NQN, controller id, queue id, command id, namespace id.
+//! - [`verbs`]: the small RDMA verbs interface and its in-process software provider.
+//! - [`transport`]: NVMe/RDMA capsule transport (host and controller side) over [`verbs`].
+//! - [`config`]: the target's YAML configuration and namespace specs.
+
+pub mod config;
+pub mod transport;
+pub mod types;
+pub mod verbs;
+pub mod wire;

@@ -1,0 +1,269 @@
+//! A small RDMA verbs interface: what NVMe/RDMA needs and nothing more.
+//!
+//! The NVMe/RDMA transport ([`crate::transport::rdma`]) is written once against these
+//! traits. Providers implement them: [`soft`] in process (the loopback transport, CI),
+//! and later one on `rdma-sys` (libibverbs/librdmacm) for real NICs and soft-RoCE.
+//!
+//! Semantics follow ibverbs for a reliable-connected (RC) queue pair:
+//! - Memory is registered once with a protection domain; a region has an `lkey` (local
+//!   access) and an `rkey` (remote access) and access flags checked on every use.
+//! - `post_send` takes a chain of work requests: SEND, SEND with invalidate, RDMA WRITE,
+//!   RDMA READ. They execute in order; a SEND after an RDMA WRITE on the same QP is
+//!   delivered after the written data is visible (RC ordering).
+//! - Only signaled work requests produce a send completion on success; any failure
+//!   produces an error completion, moves the QP to the error state, and flushes every
+//!   outstanding work request with [`WcStatus::WrFlushError`].
+//! - Receives complete on the receive CQ with the byte count; a SEND with invalidate
+//!   reports the invalidated rkey and makes that region unusable remotely.
+//!
+//! Ownership: a [`MemoryRegion`] keeps its [`DmaBuffer`] alive; a [`QueuePair`] keeps
+//! its CQs alive. Dropping a QP disconnects it.
+
+pub mod buffer;
+pub mod soft;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use buffer::DmaBuffer;
+
+bitflags::bitflags! {
+    /// Access rights of a memory region (ibverbs `IBV_ACCESS_*`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Access: u32 {
+        /// The local HCA may write (needed for RECV and RDMA READ sinks).
+        const LOCAL_WRITE = 1 << 0;
+        /// Peers may RDMA WRITE into the region.
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ from the region.
+        const REMOTE_READ = 1 << 2;
+    }
+}
+
+/// A scatter/gather element: `length` bytes at virtual address `addr` inside the
+/// region whose local key is `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// The operation of a send-queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// Deliver the gathered bytes into the peer's next posted receive.
+    Send,
+    /// SEND that also invalidates the peer's region with `rkey`.
+    SendWithInvalidate { rkey: u32 },
+    /// Write the gathered bytes to the peer's memory at `remote_addr` under `rkey`.
+    RdmaWrite { remote_addr: u64, rkey: u32 },
+    /// Read `sum(sge.length)` bytes from the peer's `remote_addr` under `rkey` into the SGEs.
+    RdmaRead { remote_addr: u64, rkey: u32 },
+}
+
+/// A send-queue work request. `wr_id` comes back in its completion.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sg_list: &'a [Sge],
+    /// Produce a completion on success. Errors always complete.
+    pub signaled: bool,
+}
+
+/// A receive-queue work request.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    pub wr_id: u64,
+    pub sg_list: &'a [Sge],
+}
+
+/// Completion status (subset of `ibv_wc_status` an RC QP can produce).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    Success,
+    /// The received message is longer than the posted receive.
+    LocalLengthError,
+    /// A local SGE's key, bounds or access flags are wrong.
+    LocalProtectionError,
+    /// The peer refused an RDMA access: bad rkey, out of bounds, or missing rights.
+    RemoteAccessError,
+    /// The peer could not process the request (e.g. invalidating an unknown rkey).
+    RemoteInvalidRequest,
+    /// No receive was posted at the peer.
+    RnrRetryExceeded,
+    /// The peer is gone.
+    RetryExceeded,
+    /// Flushed because the QP entered the error state.
+    WrFlushError,
+}
+
+/// What a completion completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    Recv,
+}
+
+/// One work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Bytes received (RECV) or transferred.
+    pub byte_len: u32,
+    /// For a RECV of a SEND with invalidate: the rkey that was invalidated.
+    pub invalidated_rkey: Option<u32>,
+    /// The QP the completion belongs to (a CQ can serve many QPs).
+    pub qp_num: u32,
+}
+
+impl WorkCompletion {
+    /// An all-zero completion, for pre-sizing poll arrays.
+    pub const EMPTY: WorkCompletion = WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Recv,
+        byte_len: 0,
+        invalidated_rkey: None,
+        qp_num: 0,
+    };
+}
+
+/// Errors returned synchronously by verbs calls (bad arguments, no resources, QP state).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    #[error("queue full: {0}")]
+    QueueFull(&'static str),
+    #[error("queue pair is in the error state")]
+    QpError,
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    #[error("connection refused")]
+    ConnectionRefused,
+    /// The passive side rejected the connection with this private data.
+    #[error("connection rejected by peer")]
+    Rejected(Vec<u8>),
+    #[error("no listener at {0}")]
+    NoListener(String),
+    #[error("address in use: {0}")]
+    AddrInUse(String),
+    #[error("timed out")]
+    Timeout,
+    #[error("provider error: {0}")]
+    Provider(String),
+}
+
+/// A registered memory region.
+pub trait MemoryRegion: Send + Sync {
+    fn lkey(&self) -> u32;
+    fn rkey(&self) -> u32;
+    /// Virtual address of the first byte (what SGEs and keyed SGLs name).
+    fn addr(&self) -> u64;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn buffer(&self) -> &Arc<DmaBuffer>;
+}
+
+/// A protection domain: the scope of memory keys.
+pub trait ProtectionDomain: Send + Sync {
+    /// Registers `buf` with `access`. The region keeps `buf` alive.
+    fn register(
+        &self,
+        buf: Arc<DmaBuffer>,
+        access: Access,
+    ) -> Result<Arc<dyn MemoryRegion>, VerbsError>;
+}
+
+/// A completion queue. Several QPs may share one.
+pub trait CompletionQueue: Send + Sync {
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    fn poll(&self, out: &mut [WorkCompletion]) -> usize;
+    /// Blocks until the CQ may have completions or `timeout` passes (completion-channel
+    /// mode). Spurious wake-ups are allowed; callers poll afterwards.
+    fn wait(&self, timeout: Duration);
+    /// A file descriptor that becomes readable when completions arrive, for callers that
+    /// multiplex several event sources. Call [`CompletionQueue::ack_events`] after waking.
+    fn event_fd(&self) -> std::os::fd::RawFd;
+    /// Clears the readiness of [`CompletionQueue::event_fd`].
+    fn ack_events(&self);
+}
+
+/// Capacities requested for a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+}
+
+/// A reliable-connected queue pair.
+pub trait QueuePair: Send + Sync {
+    fn qp_num(&self) -> u32;
+    /// Posts a chain of send work requests with one doorbell.
+    fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), VerbsError>;
+    /// Posts a batch of receives with one doorbell.
+    fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError>;
+    /// Starts an orderly disconnect; outstanding work is flushed.
+    fn disconnect(&self);
+    /// True once the QP is in the error state or disconnected.
+    fn is_dead(&self) -> bool;
+    /// The protection domain the QP's memory belongs to.
+    fn pd(&self) -> Arc<dyn ProtectionDomain>;
+}
+
+/// What a passive side needs to create the QP for an incoming connection.
+pub struct QpInit {
+    pub pd: Arc<dyn ProtectionDomain>,
+    pub send_cq: Arc<dyn CompletionQueue>,
+    pub recv_cq: Arc<dyn CompletionQueue>,
+    pub caps: QpCaps,
+}
+
+/// An incoming connection request (rdma_cm `RDMA_CM_EVENT_CONNECT_REQUEST`).
+pub trait ConnectRequest: Send {
+    /// The private data the active side sent (NVMe/RDMA CM request).
+    fn private_data(&self) -> &[u8];
+    /// Creates the QP and accepts, sending `private_data` (NVMe/RDMA CM accept).
+    /// The caller posts receives on the returned QP before the peer can send.
+    fn accept(
+        self: Box<Self>,
+        init: QpInit,
+        private_data: &[u8],
+    ) -> Result<Arc<dyn QueuePair>, VerbsError>;
+    /// Refuses the connection, sending `private_data` (NVMe/RDMA CM reject).
+    fn reject(self: Box<Self>, private_data: &[u8]);
+}
+
+/// A listening endpoint.
+pub trait Listener: Send + Sync {
+    /// Waits up to `timeout` for the next connection request.
+    fn next_request(&self, timeout: Duration) -> Option<Box<dyn ConnectRequest>>;
+    /// The address it listens on, as given.
+    fn local_addr(&self) -> String;
+}
+
+/// An RDMA device (or the software fabric): the root of every other object.
+pub trait Device: Send + Sync {
+    fn name(&self) -> String;
+    fn alloc_pd(&self) -> Result<Arc<dyn ProtectionDomain>, VerbsError>;
+    fn create_cq(&self, entries: u32) -> Result<Arc<dyn CompletionQueue>, VerbsError>;
+    fn listen(&self, addr: &str) -> Result<Arc<dyn Listener>, VerbsError>;
+    /// Connects to `addr` (active side), sending `private_data`; `pre_post` runs on the
+    /// new QP before the connection is established so receives are posted in time.
+    fn connect(
+        &self,
+        addr: &str,
+        init: QpInit,
+        private_data: &[u8],
+        pre_post: &mut dyn FnMut(&dyn QueuePair) -> Result<(), VerbsError>,
+        timeout: Duration,
+    ) -> Result<(Arc<dyn QueuePair>, Vec<u8>), VerbsError>;
+}

@@ -1,0 +1,1 @@
+//! Software verbs provider (in process).

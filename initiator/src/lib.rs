@@ -1,0 +1,1 @@
+//! nvmf-initiator: an NVMe-over-Fabrics host.

@@ -1,0 +1,143 @@
+//! Namespace storage backends behind one trait.
+//!
+//! A [`Backend`] is shared by every thread that serves its namespace. Each serving
+//! thread opens its own [`IoChannel`] (for files: its own io_uring), submits I/O tagged
+//! with a `u64`, and reaps completions by polling; nothing blocks on the data path.
+//! [`BackendError::status`] is the one place backend errors become NVMe status.
+//!
+//! Buffers are [`DmaSlice`]s of registered memory: the channel reads into or writes
+//! from them directly (io_uring, O_DIRECT when aligned), and keeps the `Arc` until the
+//! I/O completes, so a buffer can never be freed under an in-flight I/O.
+
+pub mod file;
+pub mod null;
+pub mod ram;
+pub mod spec;
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use nvmf_common::verbs::DmaBuffer;
+use nvmf_common::wire::status::{generic, media, Status};
+
+/// `len` bytes at `offset` of a registered buffer.
+#[derive(Debug, Clone)]
+pub struct DmaSlice {
+    pub buf: Arc<DmaBuffer>,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl DmaSlice {
+    /// The slice, if it lies inside the buffer.
+    pub fn new(buf: Arc<DmaBuffer>, offset: usize, len: usize) -> Option<Self> {
+        buf.ptr_at(offset, len)?;
+        Some(DmaSlice { buf, offset, len })
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        // In bounds by construction; a null pointer would make the I/O fail, not corrupt.
+        self.buf
+            .ptr_at(self.offset, self.len)
+            .unwrap_or(std::ptr::null_mut())
+    }
+}
+
+/// What a backend is, as Identify Namespace and the Volatile Write Cache feature report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// Capacity in bytes (a multiple of `block_size`).
+    pub size_bytes: u64,
+    /// Logical block size in bytes (512 or 4096 typically).
+    pub block_size: u32,
+    /// Writes may sit in a volatile cache until Flush (buffered files, most disks).
+    pub volatile_write_cache: bool,
+    /// Deallocate (TRIM) is implemented, not just accepted.
+    pub supports_deallocate: bool,
+    /// Write Zeroes is implemented natively (not by writing a zero buffer).
+    pub supports_write_zeroes: bool,
+    /// Deallocated blocks read back as zeroes.
+    pub deallocated_reads_zero: bool,
+    /// Human description: "file /path (O_DIRECT)", "ram", "null".
+    pub description: String,
+}
+
+/// One operation. Offsets and lengths are in bytes and already range-checked by the
+/// caller against [`BackendInfo::size_bytes`].
+#[derive(Debug, Clone)]
+pub enum IoOp {
+    Read { offset: u64, buf: DmaSlice },
+    /// `fua`: the data must be durable when the write completes.
+    Write { offset: u64, buf: DmaSlice, fua: bool },
+    Flush,
+    WriteZeroes { offset: u64, len: u64 },
+    Deallocate { offset: u64, len: u64 },
+}
+
+/// A backend failure; [`BackendError::status`] maps it to what the host sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    #[error("I/O error on read: errno {0}")]
+    ReadIo(i32),
+    #[error("I/O error on write: errno {0}")]
+    WriteIo(i32),
+    #[error("I/O error: errno {0}")]
+    Io(i32),
+    #[error("no space left on the backing store")]
+    NoSpace,
+    #[error("range beyond the end of the backend")]
+    OutOfRange,
+    #[error("operation not supported by this backend")]
+    Unsupported,
+    #[error("submission queue full")]
+    Busy,
+    #[error("short transfer: {done} of {want} bytes")]
+    Short { done: usize, want: usize },
+}
+
+impl BackendError {
+    /// The NVMe status the host gets for this error.
+    pub fn status(&self) -> Status {
+        match self {
+            BackendError::ReadIo(_) => Status::media(media::UNRECOVERED_READ_ERROR),
+            BackendError::WriteIo(_) | BackendError::Short { .. } => {
+                Status::media(media::WRITE_FAULT)
+            }
+            BackendError::Io(_) => Status::new(
+                nvmf_common::wire::status::Sct::Generic,
+                generic::INTERNAL_ERROR,
+            ),
+            BackendError::NoSpace => Status::generic(generic::CAPACITY_EXCEEDED),
+            BackendError::OutOfRange => Status::generic(generic::LBA_OUT_OF_RANGE),
+            BackendError::Unsupported => Status::generic(generic::INVALID_OPCODE),
+            // Transient: the host may retry.
+            BackendError::Busy => Status::new(
+                nvmf_common::wire::status::Sct::Generic,
+                generic::NS_NOT_READY,
+            ),
+        }
+    }
+}
+
+/// A completed I/O: the tag given at submit and its outcome.
+pub type IoCompletion = (u64, Result<(), BackendError>);
+
+/// A storage backend shared by all threads.
+pub trait Backend: Send + Sync {
+    fn info(&self) -> &BackendInfo;
+    /// Opens a per-thread submission channel.
+    fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError>;
+}
+
+/// A per-thread, non-blocking I/O channel.
+pub trait IoChannel: Send {
+    /// Queues `op`; it is issued at the latest on the next [`IoChannel::flush`].
+    fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError>;
+    /// Issues every queued operation (one system call for io_uring).
+    fn flush(&mut self);
+    /// Appends finished I/O to `out`; returns how many were appended.
+    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize;
+    /// Operations submitted and not yet reaped.
+    fn in_flight(&self) -> usize;
+    /// Readable when completions are ready, for blocking waits (None: completes inline).
+    fn event_fd(&self) -> Option<RawFd>;
+}

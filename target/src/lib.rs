@@ -1,0 +1,3 @@
+//! nvmf-target: an NVMe-over-Fabrics target.
+
+pub mod backend;
