@@ -1,3 +1,9 @@
 //! nvmf-target: an NVMe-over-Fabrics target.
 
 pub mod backend;
+pub mod controller;
+pub mod core;
+pub mod params;
+pub mod rdma;
+pub mod subsystem;
+pub mod target;

@@ -185,6 +185,10 @@ pub trait ProtectionDomain: Send + Sync {
 pub trait CompletionQueue: Send + Sync {
     /// Moves up to `out.len()` completions into `out`; returns how many.
     fn poll(&self, out: &mut [WorkCompletion]) -> usize;
+    /// Arms the completion channel: the next completion makes
+    /// [`CompletionQueue::event_fd`] readable (one-shot). Poll once more after arming
+    /// to catch completions that arrived before it.
+    fn req_notify(&self);
     /// Blocks until the CQ may have completions or `timeout` passes (completion-channel
     /// mode). Spurious wake-ups are allowed; callers poll afterwards.
     fn wait(&self, timeout: Duration);

@@ -141,3 +141,30 @@ pub trait IoChannel: Send {
     /// Readable when completions are ready, for blocking waits (None: completes inline).
     fn event_fd(&self) -> Option<RawFd>;
 }
+
+impl IoOp {
+    /// Bytes the operation covers past its offset (0 for Flush).
+    pub fn range(&self) -> Option<(u64, u64)> {
+        match self {
+            IoOp::Read { offset, buf } | IoOp::Write { offset, buf, .. } => {
+                Some((*offset, buf.len as u64))
+            }
+            IoOp::WriteZeroes { offset, len } | IoOp::Deallocate { offset, len } => {
+                Some((*offset, *len))
+            }
+            IoOp::Flush => None,
+        }
+    }
+
+    /// `Err(OutOfRange)` unless the operation lies inside `0..size_bytes`. Backends call
+    /// this even though the caller range-checks, because memory safety depends on it.
+    pub fn check_range(&self, size_bytes: u64) -> Result<(), BackendError> {
+        match self.range() {
+            Some((offset, len)) => match offset.checked_add(len) {
+                Some(end) if end <= size_bytes => Ok(()),
+                _ => Err(BackendError::OutOfRange),
+            },
+            None => Ok(()),
+        }
+    }
+}

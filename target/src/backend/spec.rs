@@ -1,1 +1,460 @@
-//! TODO
+//! Namespace specs as users type them, and opening the backend a spec names.
+//!
+//! A spec is what follows `--namespace` on the command line or `device_path:` in a
+//! YAML config:
+//!
+//! * `ram:SIZE`: a RAM disk of `SIZE` bytes (sparse: only touched pages cost memory);
+//! * `null:SIZE`: a null device of `SIZE` bytes (reads return garbage-free nothing,
+//!   writes are dropped), for benchmarking the transport;
+//! * `file:PATH` or any other string: a regular file or block device at `PATH`.
+//!
+//! `SIZE` is plain bytes (`4096`) or a number with a 1024-based suffix `K`, `M`, `G`,
+//! `T` (case-insensitive), optionally followed by `iB` or `B`: `512k`, `1G`, `1GiB`,
+//! `2TB`. A path that happens to start with `ram:` or `null:` can be written `./ram:x`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::file::{FileBackend, FileOptions};
+use super::null::NullBackend;
+use super::ram::RamBackend;
+use super::Backend;
+
+/// Block size of RAM and null namespaces unless the user asks for another.
+pub const DEFAULT_BLOCK_SIZE: u32 = 512;
+/// Smallest and largest logical block sizes accepted (powers of two in between).
+pub const MIN_BLOCK_SIZE: u32 = 512;
+pub const MAX_BLOCK_SIZE: u32 = 64 * 1024;
+
+/// What a namespace is backed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceSpec {
+    /// A regular file or a block device.
+    File(PathBuf),
+    /// Memory, `size` bytes.
+    Ram { size: u64 },
+    /// Nothing: reads complete without data, writes are discarded.
+    Null { size: u64 },
+}
+
+impl FromStr for NamespaceSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Err("empty namespace spec: expected a path, ram:SIZE or null:SIZE".into());
+        }
+        if let Some(size) = s.strip_prefix("ram:") {
+            let size = parse_size(size).map_err(|e| format!("namespace spec {s:?}: {e}"))?;
+            return Ok(NamespaceSpec::Ram { size });
+        }
+        if let Some(size) = s.strip_prefix("null:") {
+            let size = parse_size(size).map_err(|e| format!("namespace spec {s:?}: {e}"))?;
+            return Ok(NamespaceSpec::Null { size });
+        }
+        let path = s.strip_prefix("file:").unwrap_or(s);
+        if path.is_empty() {
+            return Err(format!("namespace spec {s:?}: empty path"));
+        }
+        Ok(NamespaceSpec::File(PathBuf::from(path)))
+    }
+}
+
+impl fmt::Display for NamespaceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NamespaceSpec::File(p) => {
+                let s = p.to_string_lossy();
+                if s.starts_with("ram:") || s.starts_with("null:") || s.starts_with("file:") {
+                    write!(f, "file:{s}")
+                } else {
+                    write!(f, "{s}")
+                }
+            }
+            NamespaceSpec::Ram { size } => write!(f, "ram:{size}"),
+            NamespaceSpec::Null { size } => write!(f, "null:{size}"),
+        }
+    }
+}
+
+/// Parses a size: plain bytes, or a number followed by `K`, `M`, `G` or `T`
+/// (1024-based, case-insensitive), optionally followed by `iB` or `B`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    if num.is_empty() {
+        return Err(format!(
+            "invalid size {s:?}: expected a number of bytes, optionally with a K/M/G/T suffix"
+        ));
+    }
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let suffix = suffix.to_ascii_lowercase();
+    let shift = match suffix.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: unknown suffix {suffix:?} (use K, M, G or T, optionally with iB or B)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("invalid size {s:?}: does not fit in 64 bits"))
+}
+
+/// How to open a backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Never use O_DIRECT for files and block devices.
+    pub buffered_io: bool,
+    /// Logical block size; `None`: 512 for RAM, null and files, the device's for block
+    /// devices.
+    pub block_size: Option<u32>,
+    /// Smallest acceptable capacity in bytes (0: at least one block).
+    pub min_size: u64,
+}
+
+/// Why a backend could not be opened. Every message names the path (or the kind of
+/// namespace) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("backing path {} does not exist", path.display())]
+    Missing { path: PathBuf },
+    #[error("backing path {}: permission denied", path.display())]
+    PermissionDenied { path: PathBuf },
+    #[error("backing path {} is a directory, not a file or block device", path.display())]
+    Directory { path: PathBuf },
+    #[error("backing path {} is not a regular file or block device", path.display())]
+    NotFileOrBlockDevice { path: PathBuf },
+    #[error("backing file {} is empty", path.display())]
+    Empty { path: PathBuf },
+    #[error("backing path {} is too small: {size} bytes, need at least {min} bytes", path.display())]
+    TooSmall { path: PathBuf, size: u64, min: u64 },
+    #[error("{kind} namespace size must not be zero")]
+    ZeroSize { kind: &'static str },
+    #[error("{kind} namespace is too small: {size} bytes, need at least {min} bytes")]
+    SizeTooSmall {
+        kind: &'static str,
+        size: u64,
+        min: u64,
+    },
+    #[error("{kind} namespace size {size} is not a multiple of the block size {block_size}")]
+    NotBlockMultiple {
+        kind: &'static str,
+        size: u64,
+        block_size: u32,
+    },
+    #[error(
+        "block size {block_size} for {what} is invalid: must be a power of two from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}"
+    )]
+    BadBlockSize { what: String, block_size: u32 },
+    #[error(
+        "block size {block_size} for {} is not a multiple of the device's logical block size {device_block_size}",
+        path.display()
+    )]
+    BlockSizeMismatch {
+        path: PathBuf,
+        block_size: u32,
+        device_block_size: u32,
+    },
+    #[error("cannot reserve {size} bytes of memory for the {kind} namespace: {source}")]
+    Alloc {
+        kind: &'static str,
+        size: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("backing path {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl OpenError {
+    /// Classifies an I/O error met while opening or inspecting `path`.
+    pub fn from_io(path: &Path, source: std::io::Error) -> OpenError {
+        let path = path.to_path_buf();
+        match source.kind() {
+            std::io::ErrorKind::NotFound => OpenError::Missing { path },
+            std::io::ErrorKind::PermissionDenied => OpenError::PermissionDenied { path },
+            _ if source.raw_os_error() == Some(libc::EISDIR) => OpenError::Directory { path },
+            _ => OpenError::Io { path, source },
+        }
+    }
+}
+
+/// Checks a logical block size; `what` names the namespace in the error.
+pub fn check_block_size(what: &str, block_size: u32) -> Result<(), OpenError> {
+    if block_size.is_power_of_two() && (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size) {
+        Ok(())
+    } else {
+        Err(OpenError::BadBlockSize {
+            what: what.to_string(),
+            block_size,
+        })
+    }
+}
+
+/// Checks the size of a RAM or null namespace (`kind` is "ram" or "null").
+pub fn check_memory_size(
+    kind: &'static str,
+    size: u64,
+    block_size: u32,
+    min_size: u64,
+) -> Result<(), OpenError> {
+    check_block_size(kind, block_size)?;
+    if size == 0 {
+        return Err(OpenError::ZeroSize { kind });
+    }
+    let min = min_size.max(u64::from(block_size));
+    if size < min {
+        return Err(OpenError::SizeTooSmall { kind, size, min });
+    }
+    if size % u64::from(block_size) != 0 {
+        return Err(OpenError::NotBlockMultiple {
+            kind,
+            size,
+            block_size,
+        });
+    }
+    Ok(())
+}
+
+/// Opens the backend `spec` names.
+pub fn open_backend(
+    spec: &NamespaceSpec,
+    opts: &OpenOptions,
+) -> Result<Arc<dyn Backend>, OpenError> {
+    match spec {
+        NamespaceSpec::Ram { size } => {
+            let bs = opts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+            check_memory_size("ram", *size, bs, opts.min_size)?;
+            Ok(Arc::new(RamBackend::new(*size, bs)?))
+        }
+        NamespaceSpec::Null { size } => {
+            let bs = opts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+            check_memory_size("null", *size, bs, opts.min_size)?;
+            Ok(Arc::new(NullBackend::new(*size, bs)))
+        }
+        NamespaceSpec::File(path) => {
+            let backend = FileBackend::open(
+                path,
+                FileOptions {
+                    buffered_io: opts.buffered_io,
+                    read_only: false,
+                    block_size: opts.block_size,
+                },
+            )?;
+            let size = backend.info().size_bytes;
+            if size < opts.min_size {
+                return Err(OpenError::TooSmall {
+                    path: path.clone(),
+                    size,
+                    min: opts.min_size,
+                });
+            }
+            Ok(Arc::new(backend))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("1gb"), Ok(1 << 30));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("100B"), Ok(100));
+        assert_eq!(parse_size(" 8M "), Ok(8 << 20));
+    }
+
+    #[test]
+    fn bad_sizes_are_rejected() {
+        for bad in [
+            "", "G", "1.5G", "-1", "1X", "1Gi", "1 G", "0x100", "1GG", "k1",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+        // Overflow.
+        assert!(parse_size("16777216T").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert_eq!(parse_size("16777215T"), Ok(16777215u64 << 40));
+    }
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(
+            "ram:1G".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::Ram { size: 1 << 30 })
+        );
+        assert_eq!(
+            "null:512M".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::Null { size: 512 << 20 })
+        );
+        assert_eq!(
+            "ram:4096".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::Ram { size: 4096 })
+        );
+        assert_eq!(
+            "/dev/nvme0n1".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::File(PathBuf::from("/dev/nvme0n1")))
+        );
+        assert_eq!(
+            "disk.img".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::File(PathBuf::from("disk.img")))
+        );
+        assert_eq!(
+            "file:ram:1G".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::File(PathBuf::from("ram:1G")))
+        );
+        assert!("ram:".parse::<NamespaceSpec>().is_err());
+        assert!("ram:lots".parse::<NamespaceSpec>().is_err());
+        assert!("null:1.5G".parse::<NamespaceSpec>().is_err());
+        assert!("".parse::<NamespaceSpec>().is_err());
+        assert!("file:".parse::<NamespaceSpec>().is_err());
+        for s in ["ram:4096", "null:1024", "/x/y", "file:ram:1"] {
+            let spec: NamespaceSpec = s.parse().unwrap();
+            assert_eq!(spec.to_string(), s);
+            assert_eq!(spec.to_string().parse::<NamespaceSpec>(), Ok(spec));
+        }
+    }
+
+    #[test]
+    fn memory_backends_open() {
+        let opts = OpenOptions::default();
+        let b = open_backend(&NamespaceSpec::Ram { size: 1 << 20 }, &opts).unwrap();
+        assert_eq!(b.info().size_bytes, 1 << 20);
+        assert_eq!(b.info().block_size, 512);
+        let b = open_backend(
+            &NamespaceSpec::Null { size: 1 << 30 },
+            &OpenOptions {
+                block_size: Some(4096),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(b.info().size_bytes, 1 << 30);
+        assert_eq!(b.info().block_size, 4096);
+    }
+
+    #[test]
+    fn memory_backend_errors() {
+        let opts = OpenOptions::default();
+        let e = open_backend(&NamespaceSpec::Ram { size: 0 }, &opts)
+            .err()
+            .unwrap();
+        assert!(matches!(e, OpenError::ZeroSize { kind: "ram" }), "{e}");
+        assert!(e.to_string().contains("ram"), "{e}");
+        let e = open_backend(&NamespaceSpec::Null { size: 0 }, &opts)
+            .err()
+            .unwrap();
+        assert!(matches!(e, OpenError::ZeroSize { kind: "null" }), "{e}");
+        let e = open_backend(&NamespaceSpec::Ram { size: 1000 }, &opts)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                e,
+                OpenError::NotBlockMultiple {
+                    size: 1000,
+                    block_size: 512,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = open_backend(&NamespaceSpec::Ram { size: 256 }, &opts)
+            .err()
+            .unwrap();
+        assert!(matches!(e, OpenError::SizeTooSmall { min: 512, .. }), "{e}");
+        let e = open_backend(
+            &NamespaceSpec::Null { size: 1 << 20 },
+            &OpenOptions {
+                min_size: 2 << 20,
+                ..Default::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(
+            matches!(e, OpenError::SizeTooSmall { min, .. } if min == 2 << 20),
+            "{e}"
+        );
+        for bs in [0, 100, 256, 513, 3000, 128 * 1024] {
+            let e = open_backend(
+                &NamespaceSpec::Ram { size: 1 << 20 },
+                &OpenOptions {
+                    block_size: Some(bs),
+                    ..Default::default()
+                },
+            )
+            .err()
+            .unwrap();
+            assert!(matches!(e, OpenError::BadBlockSize { block_size, .. } if block_size == bs));
+        }
+    }
+
+    #[test]
+    fn file_spec_errors_name_the_path() {
+        let opts = OpenOptions::default();
+        let missing = Path::new("/nonexistent/nvmf-spec-test/disk.img");
+        let e = open_backend(&NamespaceSpec::File(missing.into()), &opts)
+            .err()
+            .unwrap();
+        assert!(matches!(e, OpenError::Missing { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "backing path /nonexistent/nvmf-spec-test/disk.img does not exist"
+        );
+
+        let dir = std::env::temp_dir();
+        let e = open_backend(&NamespaceSpec::File(dir.clone()), &opts)
+            .err()
+            .unwrap();
+        assert!(matches!(e, OpenError::Directory { .. }), "{e}");
+        assert!(e.to_string().contains(&*dir.to_string_lossy()), "{e}");
+
+        // min_size applies to files.
+        let path = dir.join(format!("nvmf-spec-test-{}.img", std::process::id()));
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let e = open_backend(
+            &NamespaceSpec::File(path.clone()),
+            &OpenOptions {
+                min_size: 1 << 20,
+                ..Default::default()
+            },
+        )
+        .err();
+        let ok = open_backend(&NamespaceSpec::File(path.clone()), &opts).map(|b| b.info().clone());
+        std::fs::remove_file(&path).unwrap();
+        let e = e.unwrap();
+        assert!(
+            matches!(e, OpenError::TooSmall { size: 8192, min, .. } if min == 1 << 20),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&*path.to_string_lossy()), "{e}");
+        let info = ok.unwrap();
+        assert_eq!(info.size_bytes, 8192);
+        assert_eq!(info.block_size, 512);
+    }
+}

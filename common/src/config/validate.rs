@@ -1,0 +1,534 @@
+//! The semantic checks of [`Config::validate`](super::Config::validate).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::error::KeyPath;
+use super::locate::locate_nearest;
+use super::{
+    AdrFam, Config, ConfigError, ConfigErrorKind, NamespaceConfig, PortConfig, ReferralConfig,
+    SubsystemConfig, TrType, MODEL_MAX_LEN, SERIAL_MAX_LEN,
+};
+use crate::types::{Cntlid, Nqn, Nsid, DISCOVERY_NQN};
+
+const KIB: u32 = 1024;
+const MIB: u32 = 1024 * 1024;
+/// Smallest and largest logical block sizes (powers of two in between).
+const MIN_BLOCK_SIZE: u32 = 512;
+const MAX_BLOCK_SIZE: u32 = 64 * KIB;
+/// Block size of RAM and null namespaces that set none.
+const DEFAULT_BLOCK_SIZE: u32 = 512;
+
+struct Checker<'a> {
+    origin: &'a str,
+    text: Option<&'a str>,
+    errors: Vec<ConfigError>,
+}
+
+impl Checker<'_> {
+    fn err(&mut self, path: &KeyPath, message: impl Into<String>) {
+        let location = self.text.and_then(|t| locate_nearest(t, path.segs()));
+        self.errors.push(ConfigError::new(
+            ConfigErrorKind::Invalid,
+            self.origin,
+            location,
+            path.to_string(),
+            message.into(),
+        ));
+    }
+}
+
+/// All problems of `config`, ordered by line (those without one last).
+pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec<ConfigError> {
+    let mut c = Checker {
+        origin,
+        text,
+        errors: Vec::new(),
+    };
+    let root = KeyPath::root();
+    check_transport(&mut c, config, &root.key("transport"));
+
+    let subsystems = root.key("subsystems");
+    let mut nqns: HashMap<&Nqn, usize> = HashMap::new();
+    let mut uuids: HashMap<uuid::Uuid, String> = HashMap::new();
+    let mut nguids: HashMap<[u8; 16], String> = HashMap::new();
+    for (i, sub) in config.subsystems.iter().enumerate() {
+        let s = subsystems.index(i);
+        if let Some(&first) = nqns.get(&sub.nqn) {
+            c.err(
+                &s.key("nqn"),
+                format!(
+                    "duplicate subsystem NQN {} (also subsystems[{first}])",
+                    sub.nqn
+                ),
+            );
+        } else {
+            nqns.insert(&sub.nqn, i);
+        }
+        check_subsystem(&mut c, config, sub, &s);
+        for (j, ns) in sub.namespaces.iter().enumerate() {
+            let n = s.key("namespaces").index(j);
+            if let Some(u) = ns.uuid {
+                if let Some(first) = uuids.insert(u, n.to_string()) {
+                    c.err(&n.key("uuid"), format!("duplicate UUID {u} (also {first})"));
+                    uuids.insert(u, first);
+                }
+            }
+            if let Some(g) = ns.nguid {
+                if let Some(first) = nguids.insert(g.0, n.to_string()) {
+                    c.err(
+                        &n.key("nguid"),
+                        format!("duplicate NGUID {g} (also {first})"),
+                    );
+                    nguids.insert(g.0, first);
+                }
+            }
+        }
+    }
+
+    let ports = root.key("ports");
+    let mut portids: HashMap<u16, usize> = HashMap::new();
+    let mut listeners: HashMap<(TrType, String, String), usize> = HashMap::new();
+    for (i, port) in config.ports.iter().enumerate() {
+        let p = ports.index(i);
+        if let Some(first) = portids.insert(port.portid, i) {
+            portids.insert(port.portid, first);
+            c.err(
+                &p.key("portid"),
+                format!("duplicate portid {} (also ports[{first}])", port.portid),
+            );
+        }
+        check_port(&mut c, config, port, &p);
+        if port.trtype.is_network() {
+            let key = (port.trtype, port.traddr.clone(), port.trsvcid.clone());
+            if let Some(&first) = listeners.get(&key) {
+                c.err(
+                    &p,
+                    format!(
+                        "{} {}:{} is already the address of ports[{first}]",
+                        port.trtype, port.traddr, port.trsvcid
+                    ),
+                );
+            } else {
+                listeners.insert(key, i);
+            }
+        }
+    }
+    if config.ports.is_empty() {
+        tracing::warn!(
+            origin,
+            "the configuration has no ports: nothing will be served"
+        );
+    }
+
+    let mut errors = c.errors;
+    errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+    errors
+}
+
+fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
+    c: &mut Checker<'_>,
+    path: &KeyPath,
+    v: T,
+    min: T,
+    max: T,
+) {
+    if v < min || v > max {
+        c.err(path, format!("{v} is out of range: must be {min} to {max}"));
+    }
+}
+
+fn check_transport(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
+    let tc = &config.transport;
+    check_range(c, &t.key("max_queue_size"), tc.max_queue_size, 2, 1024);
+    check_range(
+        c,
+        &t.key("max_admin_queue_size"),
+        tc.max_admin_queue_size,
+        2,
+        4096,
+    );
+    check_range(c, &t.key("max_io_queues"), tc.max_io_queues, 1, 1024);
+    check_range(c, &t.key("poll_groups"), tc.poll_groups, 1, 256);
+
+    let icd = tc.in_capsule_data_size;
+    let icd_path = t.key("in_capsule_data_size");
+    let network = config
+        .ports
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.trtype.is_network());
+    if !(4 * KIB..=MIB).contains(&icd) {
+        c.err(
+            &icd_path,
+            format!("{icd} is out of range: must be {} to {MIB}", 4 * KIB),
+        );
+    } else if icd & 15 != 0 {
+        c.err(&icd_path, format!("{icd} is not a multiple of 16"));
+    } else if let Some((i, p)) = network.filter(|_| icd < 8 * KIB) {
+        c.err(
+            &icd_path,
+            format!(
+                "{icd} is too small: rdma and tcp ports need at least {} (ports[{i}] is {})",
+                8 * KIB,
+                p.trtype
+            ),
+        );
+    }
+
+    let mio = tc.max_io_size;
+    let mio_path = t.key("max_io_size");
+    if !mio.is_power_of_two() {
+        c.err(&mio_path, format!("{mio} is not a power of two"));
+    } else {
+        check_range(c, &mio_path, mio, 4 * KIB, 8 * MIB);
+    }
+
+    if tc.keep_alive_timeout_ms < 1000 {
+        c.err(
+            &t.key("keep_alive_timeout_ms"),
+            format!(
+                "{} is too small: must be at least 1000 (1 s)",
+                tc.keep_alive_timeout_ms
+            ),
+        );
+    }
+}
+
+/// Checks a listening or referred address: `traddr` an IP literal of the right family
+/// (anything non-empty for InfiniBand), `trsvcid` a port number.
+fn check_address(
+    c: &mut Checker<'_>,
+    path: &KeyPath,
+    trtype: TrType,
+    adrfam: AdrFam,
+    traddr: &str,
+    trsvcid: &str,
+) {
+    match adrfam {
+        AdrFam::Loopback => c.err(
+            &path.key("adrfam"),
+            format!("adrfam loopback is only for loopback ports, not {trtype}"),
+        ),
+        AdrFam::Ib if trtype != TrType::Rdma => c.err(
+            &path.key("adrfam"),
+            format!("adrfam ib is only for rdma, not {trtype}"),
+        ),
+        _ => {}
+    }
+    let addr_path = path.key("traddr");
+    if traddr.is_empty() {
+        c.err(
+            &addr_path,
+            format!("required for {trtype}: the IP address to use, e.g. 127.0.0.1"),
+        );
+    } else {
+        let ok = match adrfam {
+            AdrFam::Ipv4 => traddr.parse::<Ipv4Addr>().is_ok(),
+            AdrFam::Ipv6 => traddr.parse::<Ipv6Addr>().is_ok(),
+            AdrFam::Ib => true,
+            AdrFam::Loopback => traddr.parse::<IpAddr>().is_ok(),
+        };
+        if !ok {
+            c.err(&addr_path, format!("{traddr:?} is not an {adrfam} address"));
+        }
+    }
+    let svc_path = path.key("trsvcid");
+    if trsvcid.is_empty() {
+        c.err(
+            &svc_path,
+            format!("required for {trtype}: the port number, e.g. \"4420\""),
+        );
+    } else if !matches!(trsvcid.parse::<u16>(), Ok(1..)) {
+        c.err(
+            &svc_path,
+            format!("{trsvcid:?} is not a port number (1 to 65535)"),
+        );
+    }
+}
+
+fn check_port(c: &mut Checker<'_>, config: &Config, port: &PortConfig, p: &KeyPath) {
+    if port.trtype.is_network() {
+        check_address(
+            c,
+            p,
+            port.trtype,
+            port.adrfam(),
+            &port.traddr,
+            &port.trsvcid,
+        );
+    }
+
+    let mut seen: HashSet<&Nqn> = HashSet::new();
+    for (j, nqn) in port.subsystems.iter().enumerate() {
+        let sp = p.key("subsystems").index(j);
+        if nqn.is_discovery() {
+            c.err(
+                &sp,
+                format!("{DISCOVERY_NQN} is served on every port; do not list it"),
+            );
+        } else if config.subsystem(nqn).is_none() {
+            c.err(
+                &sp,
+                format!("unknown subsystem {nqn}: it is not in the top-level subsystems list"),
+            );
+        }
+        if !seen.insert(nqn) {
+            c.err(&sp, format!("subsystem {nqn} is listed twice"));
+        }
+    }
+
+    for (j, r) in port.referrals.iter().enumerate() {
+        check_referral(c, r, &p.key("referrals").index(j));
+    }
+}
+
+fn check_referral(c: &mut Checker<'_>, r: &ReferralConfig, rp: &KeyPath) {
+    if !r.trtype.is_network() {
+        c.err(
+            &rp.key("trtype"),
+            format!("a referral must be rdma or tcp, not {}", r.trtype),
+        );
+        return;
+    }
+    check_address(c, rp, r.trtype, r.adrfam(), &r.traddr, &r.trsvcid);
+}
+
+/// Whether `s` is printable ASCII (what Identify Controller's SN and MN fields hold).
+fn printable_ascii(s: &str) -> bool {
+    s.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
+fn check_text(c: &mut Checker<'_>, path: &KeyPath, v: &str, max: usize) {
+    if v.is_empty() {
+        c.err(
+            path,
+            "must not be empty (leave the key out for the default)",
+        );
+    } else if !printable_ascii(v) {
+        c.err(
+            path,
+            format!("{v:?} has characters other than printable ASCII"),
+        );
+    } else if v.len() > max {
+        c.err(
+            path,
+            format!("{v:?} is {} characters, the limit is {max}", v.len()),
+        );
+    }
+}
+
+fn check_subsystem(c: &mut Checker<'_>, config: &Config, sub: &SubsystemConfig, s: &KeyPath) {
+    if sub.nqn.is_discovery() {
+        c.err(
+            &s.key("nqn"),
+            format!("{DISCOVERY_NQN} is the discovery subsystem, which is built in and cannot be configured"),
+        );
+    } else if !sub.nqn.as_str().starts_with("nqn.") {
+        tracing::warn!(
+            origin = c.origin,
+            "subsystems {}: NQN {} does not start with \"nqn.\"",
+            s,
+            sub.nqn
+        );
+    }
+    if let Some(serial) = &sub.serial {
+        check_text(c, &s.key("serial"), serial, SERIAL_MAX_LEN);
+    }
+    if let Some(model) = &sub.model {
+        check_text(c, &s.key("model"), model, MODEL_MAX_LEN);
+    }
+
+    let (min, max) = (sub.cntlid_min, sub.cntlid_max);
+    for (key, v) in [("cntlid_min", min), ("cntlid_max", max)] {
+        check_range(c, &s.key(key), v.0, Cntlid::MIN.0, Cntlid::MAX.0);
+    }
+    if min > max {
+        c.err(
+            &s.key("cntlid_min"),
+            format!("cntlid_min {} is greater than cntlid_max {}", min.0, max.0),
+        );
+    }
+
+    let mut hosts: HashSet<&Nqn> = HashSet::new();
+    for (j, host) in sub.allowed_hosts.iter().enumerate() {
+        let hp = s.key("allowed_hosts").index(j);
+        if host.is_discovery() {
+            c.err(&hp, "the discovery NQN is not a host NQN");
+        }
+        if !hosts.insert(host) {
+            c.err(&hp, format!("host {host} is listed twice"));
+        }
+    }
+    if !sub.allow_any_host && sub.allowed_hosts.is_empty() {
+        tracing::warn!(
+            origin = c.origin,
+            "subsystem {}: allow_any_host is false and allowed_hosts is empty: no host can connect",
+            sub.nqn
+        );
+    }
+    if !config.ports.iter().any(|p| p.exports(&sub.nqn)) {
+        tracing::warn!(
+            origin = c.origin,
+            "subsystem {} is not exported on any port",
+            sub.nqn
+        );
+    }
+
+    let mut nsids: HashMap<Nsid, usize> = HashMap::new();
+    for (j, ns) in sub.namespaces.iter().enumerate() {
+        let n = s.key("namespaces").index(j);
+        if let Some(&first) = nsids.get(&ns.nsid) {
+            c.err(
+                &n.key("nsid"),
+                format!(
+                    "duplicate nsid {} (also namespaces[{first}] of this subsystem)",
+                    ns.nsid
+                ),
+            );
+        } else {
+            nsids.insert(ns.nsid, j);
+        }
+        check_namespace(c, config, ns, &n);
+    }
+}
+
+fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n: &KeyPath) {
+    if ns.nsid == Nsid::NONE || ns.nsid == Nsid::BROADCAST {
+        c.err(
+            &n.key("nsid"),
+            format!(
+                "{} is reserved: must be 1 to {}",
+                ns.nsid,
+                Nsid::BROADCAST.0 - 1
+            ),
+        );
+    }
+
+    let bs_path = n.key("block_size");
+    let mut block_size_ok = true;
+    if let Some(bs) = ns.block_size {
+        if !bs.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs) {
+            block_size_ok = false;
+            c.err(
+                &bs_path,
+                format!("{bs} is not a power of two from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}"),
+            );
+        } else if bs > config.transport.max_io_size {
+            c.err(
+                &bs_path,
+                format!(
+                    "{bs} is larger than transport.max_io_size {}",
+                    config.transport.max_io_size
+                ),
+            );
+        }
+    }
+
+    let dp = n.key("device_path");
+    match device_size(&ns.device_path) {
+        Err(e) => c.err(&dp, e),
+        Ok(Some((kind, size))) => {
+            let bs = u64::from(ns.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
+            if size == 0 {
+                c.err(&dp, format!("{kind} namespace size must not be zero"));
+            } else if block_size_ok && size & (bs - 1) != 0 {
+                c.err(
+                    &dp,
+                    format!(
+                        "{kind} namespace size {size} is not a multiple of the block size {bs}"
+                    ),
+                );
+            }
+        }
+        Ok(None) => {}
+    }
+
+    if ns.uuid.is_some_and(|u| u.is_nil()) {
+        c.err(&n.key("uuid"), "the nil UUID is not a namespace UUID");
+    }
+    if ns.nguid.is_some_and(|g| g.is_zero()) {
+        c.err(
+            &n.key("nguid"),
+            "an all-zero NGUID is not a namespace NGUID",
+        );
+    }
+}
+
+/// Checks a device path: `Some((kind, size))` for `ram:SIZE` and `null:SIZE`, `None`
+/// for a file or block device path (`file:PATH` or anything else).
+fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
+    if spec.is_empty() {
+        return Err("must not be empty: a file or block device path, ram:SIZE or null:SIZE".into());
+    }
+    for kind in ["ram", "null"] {
+        if let Some(size) = spec.strip_prefix(kind).and_then(|r| r.strip_prefix(':')) {
+            return parse_size(size)
+                .map(|n| Some((kind, n)))
+                .map_err(|e| format!("{spec:?}: {e}"));
+        }
+    }
+    if spec.strip_prefix("file:") == Some("") {
+        return Err(format!("{spec:?}: empty path"));
+    }
+    Ok(None)
+}
+
+/// Parses a size: bytes, or a number with a 1024-based `K`, `M`, `G` or `T` suffix
+/// (case-insensitive), optionally followed by `iB` or `B`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits_end = t.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    if num.is_empty() {
+        return Err(format!(
+            "invalid size {s:?}: expected a number of bytes, optionally with a K/M/G/T suffix"
+        ));
+    }
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: unknown suffix {suffix:?} (use K, M, G or T)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("invalid size {s:?}: does not fit in 64 bits"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("2TiB"), Ok(2 << 40));
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000T").is_err());
+    }
+
+    #[test]
+    fn device_paths() {
+        assert_eq!(device_size("ram:1M"), Ok(Some(("ram", 1 << 20))));
+        assert_eq!(device_size("null:4k"), Ok(Some(("null", 4096))));
+        assert_eq!(device_size("/dev/nvme0n1"), Ok(None));
+        assert_eq!(device_size("file:/tmp/x"), Ok(None));
+        assert!(device_size("").is_err());
+        assert!(device_size("file:").is_err());
+        assert!(device_size("ram:").is_err());
+        assert!(device_size("ram:lots").is_err());
+    }
+}

@@ -1,1 +1,0 @@
-//! Software verbs provider (in process).

@@ -1,0 +1,153 @@
+//! Host-side capsule transports.
+//!
+//! A [`HostQueue`] is one NVMe queue pair over a fabric: it sends command capsules
+//! (with their data: in-capsule, or described by a keyed SGL the target reads or
+//! writes with RDMA) and returns response capsules. It knows nothing of command ids,
+//! timeouts or NVMe semantics: [`crate::queue::Queue`] does that on top.
+//!
+//! Data buffers are [`IoBuf`]s allocated from the queue's fabric ([`Fabric::alloc`]),
+//! registered once at allocation, never per I/O.
+
+pub mod rdma;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvmf_common::types::Qid;
+use nvmf_common::verbs::{DmaBuffer, MemoryRegion};
+
+/// Direction of a command's data, from the host's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataDir {
+    None,
+    /// Host to controller (Write, Connect data, ...).
+    ToCtrl,
+    /// Controller to host (Read, Identify, Get Log Page, ...).
+    FromCtrl,
+}
+
+/// A data buffer the fabric can move: registered memory with remote access keys.
+#[derive(Clone)]
+pub struct IoBuf {
+    pub buf: Arc<DmaBuffer>,
+    /// The registration; None on fabrics that need none (TCP).
+    pub mr: Option<Arc<dyn MemoryRegion>>,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl IoBuf {
+    /// Virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.buf.addr() + self.offset as u64
+    }
+
+    /// A sub-range of this buffer.
+    pub fn slice(&self, offset: usize, len: usize) -> Option<IoBuf> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        Some(IoBuf {
+            buf: self.buf.clone(),
+            mr: self.mr.clone(),
+            offset: self.offset + offset,
+            len,
+        })
+    }
+
+    /// Copies `src` into the buffer at `offset`.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> bool {
+        offset
+            .checked_add(src.len())
+            .is_some_and(|e| e <= self.len)
+            && self.buf.write_at(self.offset + offset, src)
+    }
+
+    /// Copies bytes at `offset` into `dst`.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
+        offset
+            .checked_add(dst.len())
+            .is_some_and(|e| e <= self.len)
+            && self.buf.read_at(self.offset + offset, dst)
+    }
+
+    /// Fills the whole buffer with `byte`.
+    pub fn fill(&self, byte: u8) {
+        self.buf.fill(self.offset, self.len, byte);
+    }
+}
+
+impl std::fmt::Debug for IoBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IoBuf({:#x}, {} bytes)", self.addr(), self.len)
+    }
+}
+
+/// Transport failures. A queue that returned [`TransportError::Dead`] is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    #[error("connection refused: {0}")]
+    Refused(String),
+    #[error("connection rejected: {0}")]
+    Rejected(String),
+    #[error("queue is dead: {0}")]
+    Dead(String),
+    #[error("queue full")]
+    Full,
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Parameters for one queue's connection.
+#[derive(Debug, Clone)]
+pub struct QueueParams {
+    pub qid: Qid,
+    /// Queue entries (SQSIZE + 1).
+    pub depth: u16,
+    /// Bytes of in-capsule data the target accepts on this queue (0: none).
+    pub in_capsule_data: u32,
+    pub connect_timeout: Duration,
+}
+
+/// A fabric endpoint: makes queues to one target address and allocates buffers.
+pub trait Fabric: Send + Sync {
+    /// Connects one queue.
+    fn connect_queue(&self, p: &QueueParams) -> Result<Box<dyn HostQueue>, TransportError>;
+    /// Allocates a registered buffer of `len` bytes usable on every queue of this fabric.
+    fn alloc(&self, len: usize) -> Result<IoBuf, TransportError>;
+    /// "rdma", "tcp", "loopback".
+    fn name(&self) -> &'static str;
+    /// Keyed SGLs (RDMA) or not (TCP).
+    fn keyed_sgls(&self) -> bool;
+}
+
+/// One connected queue. Used by one thread at a time.
+pub trait HostQueue: Send {
+    fn qid(&self) -> Qid;
+    /// Entries: at most `depth - 1` commands may be outstanding.
+    fn depth(&self) -> u16;
+    /// Queues a command capsule. `sqe` is complete except DPTR, which the transport
+    /// fills (in-capsule offset or keyed SGL for `data`). Sent at the latest on
+    /// [`HostQueue::flush`]. `slot` is the command id, `< depth`: the transport may use
+    /// it to index per-command resources.
+    fn submit(
+        &mut self,
+        slot: u16,
+        sqe: &[u8; 64],
+        data: Option<&IoBuf>,
+        dir: DataDir,
+    ) -> Result<(), TransportError>;
+    /// Sends everything queued with one doorbell.
+    fn flush(&mut self) -> Result<(), TransportError>;
+    /// Appends received response capsules (16-byte CQEs) to `out`; returns how many.
+    fn poll(&mut self, out: &mut Vec<[u8; 16]>) -> Result<usize, TransportError>;
+    /// Blocks until a response may be ready or `timeout` passes.
+    fn wait(&mut self, timeout: Duration);
+    /// Disconnects (idempotent).
+    fn close(&mut self);
+}

@@ -1,0 +1,419 @@
+//! A controller: one association between a host and a subsystem.
+//!
+//! Created by an admin-queue Connect, shared (`Arc`) by every queue of the association,
+//! which may live on different poll-group threads. Register state, features, the
+//! asynchronous event queue and the logs sit behind one mutex: they change on admin
+//! commands, never on the I/O path. The I/O path reads only atomics (`ready`, `dead`).
+//!
+//! Ordering: a queue checks [`Controller::is_dead`] before executing anything; once a
+//! controller is dead (keep-alive expired, fatal error, host disconnect), its queues
+//! fail new commands and tear down.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
+use nvmf_common::wire::admin::{aen_cfg, aer_notice, aer_result, aer_type};
+use nvmf_common::wire::fabrics::{shn, shst, Cc, Csts};
+use nvmf_common::wire::log::lid;
+use nvmf_common::wire::status::Status;
+
+use crate::params::{PortInfo, TargetParams};
+use crate::subsystem::{Subsystem, MAX_NAMESPACES};
+
+/// Asynchronous Event Request Limit (0-based in Identify Controller AERL).
+pub const AER_LIMIT: usize = 4;
+/// Error Information log entries kept (ELPE + 1).
+pub const ERROR_LOG_ENTRIES: usize = 64;
+/// Changed Namespace List capacity before it reports overflow.
+pub const CHANGED_NS_MAX: usize = 1024;
+
+/// One Error Information log entry (what the host reads back).
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorRecord {
+    pub error_count: u64,
+    pub sqid: u16,
+    pub cid: u16,
+    pub status: Status,
+    pub nsid: u32,
+    pub lba: u64,
+    pub opcode: u8,
+}
+
+/// Feature values the host can set.
+#[derive(Debug, Clone)]
+pub struct Features {
+    pub async_event_config: u32,
+    pub volatile_write_cache: bool,
+    pub host_id: [u8; 16],
+}
+
+struct Inner {
+    cc: Cc,
+    csts: Csts,
+    features: Features,
+    /// Granted I/O queue count (Set Features Number of Queues); 0 until set.
+    io_queues_granted: u16,
+    io_queues_connected: Vec<bool>,
+    pending_events: VecDeque<u32>,
+    /// Event types reported and not yet cleared by reading their log page.
+    masked_notice_ns: bool,
+    masked_disc: bool,
+    changed_ns: Vec<u32>,
+    changed_ns_overflow: bool,
+    errors: VecDeque<ErrorRecord>,
+    error_count: u64,
+}
+
+pub struct Controller {
+    pub cntlid: Cntlid,
+    pub subsys: Arc<Subsystem>,
+    pub hostnqn: Nqn,
+    pub hostid: [u8; 16],
+    pub params: Arc<TargetParams>,
+    /// The port the admin queue connected through (discovery filters by it).
+    pub port: Arc<PortInfo>,
+    kato_ms: AtomicU32,
+    created: Instant,
+    /// Milliseconds since `created` of the last command (traffic-based keep-alive).
+    last_activity_ms: AtomicU64,
+    ready: AtomicBool,
+    dead: AtomicBool,
+    events_ready: AtomicBool,
+    inner: Mutex<Inner>,
+}
+
+impl Controller {
+    pub fn new(
+        cntlid: Cntlid,
+        subsys: Arc<Subsystem>,
+        hostnqn: Nqn,
+        hostid: [u8; 16],
+        kato_ms: u32,
+        params: Arc<TargetParams>,
+        port: Arc<PortInfo>,
+    ) -> Arc<Self> {
+        let aen = aen_cfg::NS_ATTR;
+        Arc::new(Controller {
+            cntlid,
+            subsys,
+            hostnqn,
+            hostid,
+            kato_ms: AtomicU32::new(kato_ms),
+            created: Instant::now(),
+            last_activity_ms: AtomicU64::new(0),
+            ready: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            events_ready: AtomicBool::new(false),
+            inner: Mutex::new(Inner {
+                cc: Cc(0),
+                csts: Csts(0),
+                features: Features {
+                    async_event_config: aen,
+                    volatile_write_cache: true,
+                    host_id: hostid,
+                },
+                io_queues_granted: params.max_io_queues,
+                io_queues_connected: vec![false; usize::from(params.max_io_queues) + 1],
+                pending_events: VecDeque::new(),
+                masked_notice_ns: false,
+                masked_disc: false,
+                changed_ns: Vec::new(),
+                changed_ns_overflow: false,
+                errors: VecDeque::new(),
+                error_count: 0,
+            }),
+            params,
+            port,
+        })
+    }
+
+    /// CC.EN = 1 and CSTS.RDY = 1: commands other than fabrics ones may run.
+    #[inline]
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Marks the controller failed (CSTS.CFS) and tears down its association.
+    pub fn fatal(&self, why: &str) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            warn!(cntlid = %self.cntlid, subnqn = %self.subsys.nqn, host = %self.hostnqn, "controller fatal: {why}");
+            let mut g = self.inner.lock();
+            g.csts = g.csts.with_cfs(true);
+            self.ready.store(false, Ordering::Release);
+            drop(g);
+            self.subsys.unregister_controller(self.cntlid);
+        }
+    }
+
+    /// Ends the association without error (host disconnected the admin queue).
+    pub fn release(&self) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            info!(cntlid = %self.cntlid, subnqn = %self.subsys.nqn, host = %self.hostnqn, "controller released");
+            self.ready.store(false, Ordering::Release);
+            self.subsys.unregister_controller(self.cntlid);
+        }
+    }
+
+    // ---- keep-alive --------------------------------------------------------------
+
+    pub fn kato_ms(&self) -> u32 {
+        self.kato_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn set_kato_ms(&self, v: u32) {
+        self.kato_ms.store(v, Ordering::Relaxed);
+        self.touch(Instant::now());
+    }
+
+    /// Records host traffic (every command restarts the keep-alive timer: TBKAS).
+    #[inline]
+    pub fn touch(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.created).as_millis() as u64;
+        self.last_activity_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Checks the keep-alive timer; on expiry the controller becomes fatal. Returns true
+    /// if it expired now.
+    pub fn check_keep_alive(&self, now: Instant) -> bool {
+        let kato = u64::from(self.kato_ms());
+        if kato == 0 || self.is_dead() {
+            return false;
+        }
+        let now_ms = now.saturating_duration_since(self.created).as_millis() as u64;
+        let last = self.last_activity_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) > kato {
+            self.fatal(&format!("keep-alive timer expired ({kato} ms without traffic)"));
+            return true;
+        }
+        false
+    }
+
+    // ---- registers ------------------------------------------------------------------
+
+    pub fn cc(&self) -> Cc {
+        self.inner.lock().cc
+    }
+
+    pub fn csts(&self) -> Csts {
+        self.inner.lock().csts
+    }
+
+    /// Applies a Property Set of CC. Returns the status for the command.
+    pub fn write_cc(&self, new: Cc) -> Status {
+        let mut g = self.inner.lock();
+        let old = g.cc;
+        g.cc = new;
+        if new.en() && !old.en() {
+            // Enable: the host must pick 64-byte SQEs, 16-byte CQEs and the NVM command set.
+            if new.iosqes() != IOSQES || new.iocqes() != IOCQES || new.css() != 0 || new.mps() != 0
+            {
+                warn!(cntlid = %self.cntlid, cc = format!("{:#x}", new.0), "enable with unsupported CC fields");
+                g.csts = g.csts.with_cfs(true);
+                return Status::SUCCESS;
+            }
+            g.csts = g.csts.with_rdy(true);
+            self.ready.store(true, Ordering::Release);
+        } else if !new.en() && old.en() {
+            g.csts = g.csts.with_rdy(false).with_shst(shst::NORMAL);
+            self.ready.store(false, Ordering::Release);
+        }
+        if new.shn() != shn::NONE && old.shn() == shn::NONE {
+            // Shutdown: backends complete writes synchronously from our point of view once
+            // their completion was seen; mark shutdown complete and stop accepting I/O.
+            g.csts = g.csts.with_shst(shst::COMPLETE).with_rdy(false);
+            self.ready.store(false, Ordering::Release);
+            info!(cntlid = %self.cntlid, "controller shutdown (CC.SHN={})", new.shn());
+        } else if new.shn() == shn::NONE && old.shn() != shn::NONE {
+            g.csts = g.csts.with_shst(shst::NORMAL);
+        }
+        Status::SUCCESS
+    }
+
+    // ---- queues ---------------------------------------------------------------------
+
+    pub fn io_queues_granted(&self) -> u16 {
+        self.inner.lock().io_queues_granted
+    }
+
+    /// Set Features Number of Queues: grants min(requested, limit).
+    pub fn grant_io_queues(&self, requested: u16) -> u16 {
+        let mut g = self.inner.lock();
+        let n = requested.clamp(1, self.params.max_io_queues);
+        g.io_queues_granted = n;
+        n
+    }
+
+    /// Marks I/O queue `qid` connected; false when out of range or already connected.
+    pub fn claim_io_queue(&self, qid: Qid) -> Result<(), QueueClaimError> {
+        let mut g = self.inner.lock();
+        if qid.0 == 0 || qid.0 > g.io_queues_granted {
+            return Err(QueueClaimError::OutOfRange);
+        }
+        match g.io_queues_connected.get_mut(usize::from(qid.0)) {
+            Some(slot) if !*slot => {
+                *slot = true;
+                Ok(())
+            }
+            Some(_) => Err(QueueClaimError::AlreadyConnected),
+            None => Err(QueueClaimError::OutOfRange),
+        }
+    }
+
+    pub fn release_io_queue(&self, qid: Qid) {
+        let mut g = self.inner.lock();
+        if let Some(slot) = g.io_queues_connected.get_mut(usize::from(qid.0)) {
+            *slot = false;
+        }
+    }
+
+    pub fn connected_io_queues(&self) -> usize {
+        self.inner.lock().io_queues_connected.iter().filter(|b| **b).count()
+    }
+
+    // ---- features -------------------------------------------------------------------
+
+    pub fn features(&self) -> Features {
+        self.inner.lock().features.clone()
+    }
+
+    pub fn set_async_event_config(&self, v: u32) {
+        self.inner.lock().features.async_event_config = v;
+    }
+
+    pub fn set_volatile_write_cache(&self, v: bool) {
+        self.inner.lock().features.volatile_write_cache = v;
+    }
+
+    // ---- asynchronous events ----------------------------------------------------------
+
+    /// True when an event waits for an outstanding AER (cheap check for poll loops).
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        self.events_ready.load(Ordering::Acquire)
+    }
+
+    /// Takes the next event's AER completion dword 0.
+    pub fn pop_event(&self) -> Option<u32> {
+        let mut g = self.inner.lock();
+        let ev = g.pending_events.pop_front();
+        self.events_ready
+            .store(!g.pending_events.is_empty(), Ordering::Release);
+        ev
+    }
+
+    fn push_event(&self, g: &mut Inner, dw0: u32) {
+        g.pending_events.push_back(dw0);
+        self.events_ready.store(true, Ordering::Release);
+    }
+
+    /// A namespace was added, removed or resized: record it in the Changed Namespace
+    /// List and raise a Namespace Attribute Changed notice if enabled and not masked.
+    pub fn namespace_changed(&self, nsid: Nsid) {
+        let mut g = self.inner.lock();
+        if !g.changed_ns_overflow && !g.changed_ns.contains(&nsid.0) {
+            if g.changed_ns.len() >= CHANGED_NS_MAX {
+                g.changed_ns_overflow = true;
+                g.changed_ns.clear();
+            } else {
+                g.changed_ns.push(nsid.0);
+            }
+        }
+        if g.features.async_event_config & aen_cfg::NS_ATTR != 0 && !g.masked_notice_ns {
+            g.masked_notice_ns = true;
+            let dw0 = aer_result(aer_type::NOTICE, aer_notice::NS_ATTR_CHANGED, lid::CHANGED_NS);
+            self.push_event(&mut g, dw0);
+        }
+    }
+
+    /// The discovery log changed: raise a Discovery Log Page Change notice if enabled.
+    pub fn discovery_changed(&self) {
+        let mut g = self.inner.lock();
+        if g.features.async_event_config & aen_cfg::DISCOVERY_LOG_CHANGE != 0 && !g.masked_disc {
+            g.masked_disc = true;
+            let dw0 = aer_result(aer_type::NOTICE, aer_notice::DISCOVERY_LOG_CHANGE, lid::DISCOVERY);
+            self.push_event(&mut g, dw0);
+        }
+    }
+
+    /// Reads (and, unless `retain`, clears) the Changed Namespace List.
+    pub fn take_changed_ns(&self, retain: bool) -> Vec<u32> {
+        let mut g = self.inner.lock();
+        let out = if g.changed_ns_overflow {
+            vec![nvmf_common::wire::log::CHANGED_NS_LIST_OVERFLOW]
+        } else {
+            g.changed_ns.clone()
+        };
+        if !retain {
+            g.changed_ns.clear();
+            g.changed_ns_overflow = false;
+            g.masked_notice_ns = false;
+        }
+        out
+    }
+
+    /// Unmasks the discovery-change notice (the host read the discovery log without RAE).
+    pub fn discovery_log_read(&self, retain: bool) {
+        if !retain {
+            self.inner.lock().masked_disc = false;
+        }
+    }
+
+    // ---- error log ------------------------------------------------------------------
+
+    /// Records a failed command in the Error Information log.
+    pub fn record_error(&self, sqid: Qid, cid: u16, opcode: u8, nsid: u32, status: Status) {
+        let mut g = self.inner.lock();
+        g.error_count += 1;
+        let rec = ErrorRecord {
+            error_count: g.error_count,
+            sqid: sqid.0,
+            cid,
+            status,
+            nsid,
+            lba: 0,
+            opcode,
+        };
+        if g.errors.len() >= ERROR_LOG_ENTRIES {
+            g.errors.pop_back();
+        }
+        g.errors.push_front(rec);
+    }
+
+    /// Error log entries, newest first.
+    pub fn errors(&self) -> Vec<ErrorRecord> {
+        self.inner.lock().errors.iter().copied().collect()
+    }
+
+    /// NN reported in Identify Controller.
+    pub fn max_nsid(&self) -> u32 {
+        MAX_NAMESPACES
+    }
+}
+
+/// Why an I/O queue Connect could not claim its qid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueClaimError {
+    OutOfRange,
+    AlreadyConnected,
+}
+
+/// CC.IOSQES / IOCQES values the target accepts: 2^6 = 64-byte SQEs, 2^4 = 16-byte CQEs.
+pub const IOSQES: u8 = 6;
+pub const IOCQES: u8 = 4;
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.subsys.unregister_controller(self.cntlid);
+    }
+}

@@ -1,0 +1,400 @@
+//! Admin commands of an NVM controller: Identify, Get Log Page, Set/Get Features,
+//! Keep Alive, Asynchronous Event Request, Abort.
+
+use std::sync::Arc;
+
+use tracing::{debug, warn};
+
+use nvmf_common::types::Nsid;
+use nvmf_common::wire::admin::{
+    self, cns, fid, num_queues_decode, num_queues_encode, opcode, sel,
+};
+use nvmf_common::wire::identify::IDENTIFY_LEN;
+use nvmf_common::wire::log::{lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, SmartLog};
+use nvmf_common::wire::sqe::{self, Sqe};
+use nvmf_common::wire::status::{cmd_specific, generic, Status};
+
+use super::{identify, DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
+use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
+use crate::target::Target;
+
+/// Size of the 128-bit host identifier (Get Features Host Identifier with EXHID).
+const HOST_ID_LEN: u32 = 16;
+/// Size of the 64-bit host identifier.
+const HOST_ID_LEN_64: u32 = 8;
+/// Error Information log entry size.
+const ERROR_ENTRY_LEN: usize = 64;
+/// SMART / Health and Firmware Slot log sizes.
+const SMART_LOG_LEN: usize = 512;
+const FW_SLOT_LOG_LEN: usize = 512;
+/// Changed Namespace List: 1024 NSIDs.
+const CHANGED_NS_LOG_LEN: usize = 4096;
+const CMD_EFFECTS_LOG_LEN: usize = 4096;
+/// Abort completion dword 0 bit 0: the command was not aborted.
+const ABORT_NOT_ABORTED: u32 = 1;
+/// Get Features "supported capabilities" dword 0 bit 2: changeable.
+const FEAT_CAP_CHANGEABLE: u32 = 1 << 2;
+
+fn cdw10_invalid() -> Status {
+    Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0)
+}
+
+fn invalid_opcode() -> Status {
+    Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)
+}
+
+fn to_host(len: u32) -> Plan {
+    Plan {
+        dir: DataDir::CtrlToHost,
+        len,
+    }
+}
+
+/// Data plan of Get Log Page: NUMD dwords.
+pub(super) fn log_plan(cmd: &Sqe<&[u8]>) -> Plan {
+    to_host(admin::log_numd(cmd).saturating_mul(4))
+}
+
+/// Data plan of Get/Set Features Host Identifier.
+fn host_id_len(cmd: &Sqe<&[u8]>) -> u32 {
+    if cmd.cdw11() & admin::HOST_ID_EXHID != 0 {
+        HOST_ID_LEN
+    } else {
+        HOST_ID_LEN_64
+    }
+}
+
+pub(super) fn parse(_ctrl: &Controller, _target: &Target, req: &Request) -> Result<Plan, Status> {
+    let cmd = req.cmd();
+    match cmd.opcode() {
+        opcode::IDENTIFY => Ok(to_host(IDENTIFY_LEN as u32)),
+        opcode::GET_LOG_PAGE => Ok(log_plan(&cmd)),
+        opcode::SET_FEATURES => match admin::feature_fid(&cmd) {
+            fid::HOST_IDENTIFIER => Ok(Plan {
+                dir: DataDir::HostToCtrl,
+                len: host_id_len(&cmd),
+            }),
+            _ => Ok(Plan::NONE),
+        },
+        opcode::GET_FEATURES => match admin::feature_fid(&cmd) {
+            fid::HOST_IDENTIFIER => Ok(to_host(host_id_len(&cmd))),
+            _ => Ok(Plan::NONE),
+        },
+        opcode::KEEP_ALIVE | opcode::ASYNC_EVENT_REQUEST | opcode::ABORT => Ok(Plan::NONE),
+        other => {
+            debug!(opcode = other, "unsupported admin opcode");
+            Err(invalid_opcode())
+        }
+    }
+}
+
+pub(super) fn execute(
+    q: &mut QueueCtx,
+    ctrl: &Arc<Controller>,
+    ex: &mut ExecCtx,
+    req: &mut Request,
+    tag: u64,
+) -> Outcome {
+    let cmd_op = req.opcode();
+    let r = match cmd_op {
+        opcode::IDENTIFY => identify_cmd(ctrl, ex, req),
+        opcode::GET_LOG_PAGE => get_log_page(ctrl, ex, req),
+        opcode::SET_FEATURES => set_features(ctrl, req),
+        opcode::GET_FEATURES => get_features(ctrl, req),
+        opcode::KEEP_ALIVE => Ok(()),
+        opcode::ABORT => {
+            // Like nvmet: commands are never aborted; the host waits for them.
+            req.dw0 = ABORT_NOT_ABORTED;
+            Ok(())
+        }
+        opcode::ASYNC_EVENT_REQUEST => return hold_aer(q, req, tag),
+        _ => Err(invalid_opcode()),
+    };
+    if let Err(s) = r {
+        req.fail(s);
+    }
+    Outcome::Done
+}
+
+/// Keeps an Asynchronous Event Request until an event arrives.
+pub(super) fn hold_aer(q: &mut QueueCtx, req: &mut Request, tag: u64) -> Outcome {
+    if q.held_aers.len() >= AER_LIMIT {
+        warn!(qid = %q.qid, "Asynchronous Event Request limit exceeded");
+        req.fail(Status::cmd_specific(
+            cmd_specific::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED,
+        ));
+        return Outcome::Done;
+    }
+    q.held_aers.push(tag);
+    Outcome::Held
+}
+
+fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Result<(), Status> {
+    let cmd = req.cmd();
+    let cns_v = admin::identify_cns(&cmd);
+    let nsid = cmd.nsid();
+    let mut page = vec![0u8; IDENTIFY_LEN];
+    match cns_v {
+        cns::CONTROLLER => identify::controller(ctrl, &ex.target, &mut page),
+        cns::NAMESPACE => {
+            if nsid == 0 || (nsid > ctrl.max_nsid() && nsid != Nsid::BROADCAST.0) {
+                return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+            }
+            // An inactive NSID reads back as zeroes.
+            if let Some(ns) = ctrl.subsys.namespace(Nsid(nsid)) {
+                identify::namespace(&ns, &mut page);
+            }
+        }
+        cns::ACTIVE_NS_LIST => {
+            if nsid >= Nsid::BROADCAST.0 - 1 {
+                return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+            }
+            let ids = ctrl.subsys.active_nsids();
+            nvmf_common::wire::identify::write_active_ns_list(
+                &mut page,
+                ids.into_iter().filter(|&i| i > nsid),
+            );
+        }
+        cns::NS_ID_DESCRIPTOR_LIST => {
+            let ns = super::find_ns(ctrl, nsid)?;
+            identify::ns_descriptors(&ns, &mut page);
+        }
+        cns::CS_CONTROLLER | cns::CS_NAMESPACE => {
+            // NVM command set (CSI 0): the I/O command set specific structures are all
+            // zero for a controller without PI, ZNS or extended LBA formats.
+            if admin::identify_csi(&cmd) != 0 {
+                return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW11, 24));
+            }
+            if cns_v == cns::CS_NAMESPACE {
+                super::find_ns(ctrl, nsid)?;
+            }
+        }
+        other => {
+            debug!(cns = other, "unsupported Identify CNS");
+            return Err(cdw10_invalid());
+        }
+    }
+    req.write_data(0, &page);
+    Ok(())
+}
+
+/// Serves `[offset, offset+len)` of a generated log page; bytes past its end are zero.
+pub(super) fn serve_log(req: &mut Request, log: &[u8]) -> Result<(), Status> {
+    let cmd = req.cmd();
+    let offset = admin::log_offset(&cmd);
+    if offset % 4 != 0 || offset > log.len() as u64 {
+        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW12, 0));
+    }
+    let start = offset as usize;
+    let want = req.plan.len as usize;
+    let avail = log.get(start..).unwrap_or(&[]);
+    let n = avail.len().min(want);
+    if let Some(head) = avail.get(..n) {
+        req.write_data(0, head);
+    }
+    if n < want {
+        if let Some(d) = &req.data {
+            d.buf.fill(d.offset + n, want - n, 0);
+        }
+    }
+    Ok(())
+}
+
+fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Result<(), Status> {
+    let cmd = req.cmd();
+    let lid_v = admin::log_lid(&cmd);
+    let rae = admin::log_rae(&cmd);
+    let log = match lid_v {
+        lid::ERROR_INFO => error_log(ctrl),
+        lid::SMART => {
+            if cmd.nsid() != 0 && cmd.nsid() != Nsid::BROADCAST.0 {
+                super::find_ns(ctrl, cmd.nsid())?;
+            }
+            smart_log()
+        }
+        lid::FW_SLOT => fw_slot_log(),
+        lid::CHANGED_NS => {
+            let list = ctrl.take_changed_ns(rae);
+            let mut page = vec![0u8; CHANGED_NS_LOG_LEN];
+            nvmf_common::wire::identify::write_active_ns_list(&mut page, list.into_iter());
+            page
+        }
+        lid::CMD_EFFECTS => cmd_effects_log(),
+        other => {
+            debug!(lid = other, "unsupported log page");
+            return Err(Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE)
+                .at(sqe::offset::CDW10, 0));
+        }
+    };
+    serve_log(req, &log)
+}
+
+fn error_log(ctrl: &Controller) -> Vec<u8> {
+    let mut page = vec![0u8; ERROR_ENTRY_LEN * ERROR_LOG_ENTRIES];
+    for (i, rec) in ctrl.errors().iter().enumerate() {
+        let Some(slot) = page.get_mut(i * ERROR_ENTRY_LEN..(i + 1) * ERROR_ENTRY_LEN) else {
+            break;
+        };
+        let mut e = ErrorInfoEntry::new_unchecked(slot);
+        e.set_error_count(rec.error_count);
+        e.set_sqid(rec.sqid);
+        e.set_cmdid(rec.cid);
+        e.set_status_field(rec.status.to_field());
+        e.set_param_error_location(rec.status.location.map(|l| l.to_field()).unwrap_or(0xFFFF));
+        e.set_nsid(rec.nsid);
+        e.set_lba(rec.lba);
+    }
+    page
+}
+
+fn smart_log() -> Vec<u8> {
+    let mut page = vec![0u8; SMART_LOG_LEN];
+    let mut s = SmartLog::new_unchecked(&mut page[..]);
+    // 100% spare, 0% used, a nominal 300 K (27 C) temperature: a healthy device.
+    s.set_avail_spare(100);
+    s.set_spare_thresh(10);
+    s.set_temperature(300);
+    page
+}
+
+fn fw_slot_log() -> Vec<u8> {
+    let mut page = vec![0u8; FW_SLOT_LOG_LEN];
+    let mut f = FwSlotLog::new_unchecked(&mut page[..]);
+    f.set_afi(1);
+    f.set_frs(0, identify::firmware_revision());
+    page
+}
+
+fn cmd_effects_log() -> Vec<u8> {
+    use nvmf_common::wire::log::effects;
+    use nvmf_common::wire::nvm::opcode as io;
+    let mut page = vec![0u8; CMD_EFFECTS_LOG_LEN];
+    let mut l = CmdEffectsLog::new_unchecked(&mut page[..]);
+    for op in [
+        opcode::GET_LOG_PAGE,
+        opcode::IDENTIFY,
+        opcode::ABORT,
+        opcode::SET_FEATURES,
+        opcode::GET_FEATURES,
+        opcode::ASYNC_EVENT_REQUEST,
+        opcode::KEEP_ALIVE,
+    ] {
+        l.set_acs(op, effects::CSUPP);
+    }
+    for op in [io::READ, io::COMPARE, io::FLUSH] {
+        l.set_iocs(op, effects::CSUPP);
+    }
+    for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MANAGEMENT] {
+        l.set_iocs(op, effects::CSUPP | effects::LBCC);
+    }
+    page
+}
+
+pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<(), Status> {
+    let cmd = req.cmd();
+    let f = admin::feature_fid(&cmd);
+    if admin::feature_sv(&cmd) {
+        return Err(Status::cmd_specific(cmd_specific::FEATURE_ID_NOT_SAVEABLE)
+            .at(sqe::offset::CDW10, 31));
+    }
+    let cdw11 = cmd.cdw11();
+    match f {
+        fid::NUMBER_OF_QUEUES if !ctrl.subsys.is_discovery() => {
+            let (nsqr, ncqr) = num_queues_decode(cdw11);
+            if nsqr == u16::MAX || ncqr == u16::MAX {
+                return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW11, 0));
+            }
+            let want = nsqr.min(ncqr).saturating_add(1);
+            let n = ctrl.grant_io_queues(want);
+            req.dw0 = num_queues_encode(n - 1, n - 1);
+            Ok(())
+        }
+        fid::ASYNC_EVENT_CONFIG => {
+            ctrl.set_async_event_config(cdw11);
+            Ok(())
+        }
+        fid::KEEP_ALIVE_TIMER => {
+            let kato = cdw11.min(ctrl.params.max_kato_ms);
+            ctrl.set_kato_ms(kato);
+            req.dw0 = kato;
+            Ok(())
+        }
+        fid::VOLATILE_WRITE_CACHE if !ctrl.subsys.is_discovery() => {
+            ctrl.set_volatile_write_cache(cdw11 & 1 != 0);
+            Ok(())
+        }
+        fid::HOST_IDENTIFIER => {
+            // On fabrics the host identifier is set by Connect (as in nvmet).
+            Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR))
+        }
+        other => {
+            debug!(fid = other, "Set Features of an unsupported feature");
+            Err(cdw10_invalid())
+        }
+    }
+}
+
+pub(super) fn get_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<(), Status> {
+    let cmd = req.cmd();
+    let f = admin::feature_fid(&cmd);
+    let select = admin::feature_sel(&cmd);
+    let feats = ctrl.features();
+    let supported = matches!(
+        f,
+        fid::NUMBER_OF_QUEUES
+            | fid::ASYNC_EVENT_CONFIG
+            | fid::KEEP_ALIVE_TIMER
+            | fid::VOLATILE_WRITE_CACHE
+            | fid::HOST_IDENTIFIER
+    ) && !(ctrl.subsys.is_discovery()
+        && matches!(f, fid::NUMBER_OF_QUEUES | fid::VOLATILE_WRITE_CACHE));
+    if !supported {
+        debug!(fid = f, "Get Features of an unsupported feature");
+        return Err(cdw10_invalid());
+    }
+    if select == sel::SUPPORTED {
+        req.dw0 = if f == fid::HOST_IDENTIFIER {
+            0
+        } else {
+            FEAT_CAP_CHANGEABLE
+        };
+        return Ok(());
+    }
+    if select > sel::SUPPORTED {
+        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 8));
+    }
+    let default = select == sel::DEFAULT;
+    req.dw0 = match f {
+        fid::NUMBER_OF_QUEUES => {
+            let n = if default {
+                ctrl.params.max_io_queues
+            } else {
+                ctrl.io_queues_granted()
+            }
+            .max(1);
+            num_queues_encode(n - 1, n - 1)
+        }
+        fid::ASYNC_EVENT_CONFIG => {
+            if default {
+                0
+            } else {
+                feats.async_event_config
+            }
+        }
+        fid::KEEP_ALIVE_TIMER => {
+            if default {
+                0
+            } else {
+                ctrl.kato_ms()
+            }
+        }
+        fid::VOLATILE_WRITE_CACHE => u32::from(feats.volatile_write_cache),
+        _ => {
+            let id = feats.host_id;
+            let n = req.plan.len as usize;
+            req.write_data(0, id.get(..n).unwrap_or(&id));
+            0
+        }
+    };
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! Fabrics commands: Connect (admin and I/O queues), Property Get/Set, Disconnect.
+//!
+//! Connect decides which controller a queue belongs to. Its failures carry the exact
+//! fabrics status and, for Invalid Parameters, the attribute and byte offset of the
+//! offending field in completion dword 0 (IATTR/IPO), as the Linux host prints them.
+
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use nvmf_common::types::{Cntlid, Nqn, Qid};
+use nvmf_common::wire::fabrics::{
+    connect_data_offset, connect_invalid_param_dw0, connect_offset, fctype, reg, Cap, ConnectCmd,
+    ConnectData, PropertyGet, PropertySet, CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
+};
+use nvmf_common::wire::sqe;
+use nvmf_common::wire::status::{cmd_specific, generic, Sct, Status};
+
+use super::{DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
+use crate::controller::{Controller, QueueClaimError};
+use crate::subsystem::ControllerModel;
+
+/// CAP.TO in 500 ms units: how long a host waits for CSTS.RDY.
+const CAP_TIMEOUT_UNITS: u64 = 15;
+/// Property attribute size field: 0 = 4 bytes, 1 = 8 bytes.
+const PROP_SIZE_4: u8 = 0;
+const PROP_SIZE_8: u8 = 1;
+const PROP_SIZE_MASK: u8 = 0x7;
+
+/// Parses the first command on an unconnected queue: it must be a Connect.
+pub(super) fn parse_connect(req: &Request) -> Result<Plan, Status> {
+    let cmd = req.cmd();
+    if cmd.opcode() != FABRICS_OPCODE || cmd.fctype() != fctype::CONNECT {
+        warn!(opcode = cmd.opcode(), "command other than Connect on an unconnected queue");
+        return Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
+    }
+    Ok(Plan {
+        dir: DataDir::HostToCtrl,
+        len: CONNECT_DATA_LEN as u32,
+    })
+}
+
+/// Parses a fabrics command on a connected queue.
+pub(super) fn parse(q: &QueueCtx, req: &Request) -> Result<Plan, Status> {
+    let cmd = req.cmd();
+    match cmd.fctype() {
+        fctype::CONNECT => {
+            warn!(qid = %q.qid, "Connect on an already connected queue");
+            Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR).at(FCTYPE_OFFSET, 0))
+        }
+        fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid.is_admin() => Ok(Plan::NONE),
+        fctype::DISCONNECT => Ok(Plan::NONE),
+        other => {
+            warn!(qid = %q.qid, fctype = other, "unsupported fabrics command type");
+            Err(Status::generic(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0))
+        }
+    }
+}
+
+/// Byte offset of FCTYPE in a fabrics command.
+const FCTYPE_OFFSET: u16 = 4;
+
+pub(super) fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Outcome {
+    let f = req.cmd().fctype();
+    let result = match f {
+        fctype::CONNECT => connect(q, ex, req),
+        fctype::PROPERTY_GET => property_get(q, req),
+        fctype::PROPERTY_SET => property_set(q, req),
+        fctype::DISCONNECT => {
+            info!(qid = %q.qid, "host sent Disconnect");
+            q.disconnect = true;
+            Ok(())
+        }
+        _ => Err(Status::generic(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0)),
+    };
+    if let Err(s) = result {
+        req.fail(s);
+    }
+    Outcome::Done
+}
+
+fn invalid_param(in_data: bool, offset: u16, req: &mut Request) -> Status {
+    req.dw0 = connect_invalid_param_dw0(in_data, offset);
+    let st = Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS);
+    if in_data {
+        st
+    } else {
+        st.at(offset, 0)
+    }
+}
+
+fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), Status> {
+    let mut raw = [0u8; 64];
+    raw.copy_from_slice(&req.sqe);
+    let cmd = ConnectCmd::new_unchecked(&raw[..]);
+    let (recfmt, qid, sqsize, kato) = (cmd.recfmt(), cmd.qid(), cmd.sqsize(), cmd.kato());
+    if recfmt != 0 {
+        warn!(recfmt, "Connect with unsupported record format");
+        return Err(Status::cmd_specific(cmd_specific::CONNECT_INCOMPATIBLE_FORMAT)
+            .at(connect_offset::RECFMT, 0));
+    }
+    let mut data = vec![0u8; CONNECT_DATA_LEN];
+    if !req.read_data(0, &mut data) {
+        return Err(Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
+    }
+    let d = ConnectData::new_unchecked(&data[..]);
+    let subnqn = match Nqn::from_wire(d.subsysnqn_field()) {
+        Ok(n) => n,
+        Err(e) => {
+            warn!("Connect with invalid subsystem NQN: {e}");
+            return Err(invalid_param(true, connect_data_offset::SUBSYSNQN, req));
+        }
+    };
+    let hostnqn = match Nqn::from_wire(d.hostnqn_field()) {
+        Ok(n) => n,
+        Err(e) => {
+            warn!(%subnqn, "Connect with invalid host NQN: {e}");
+            return Err(invalid_param(true, connect_data_offset::HOSTNQN, req));
+        }
+    };
+    if qid != q.qid.0 {
+        warn!(%subnqn, %hostnqn, "Connect for qid {qid} on transport queue {}", q.qid);
+        return Err(invalid_param(false, connect_offset::QID, req));
+    }
+    let Some(subsys) = ex.target.find_subsystem(&subnqn) else {
+        warn!(%subnqn, %hostnqn, "Connect to unknown subsystem");
+        return Err(invalid_param(true, connect_data_offset::SUBSYSNQN, req));
+    };
+    if !subsys.host_allowed(&hostnqn) {
+        warn!(%subnqn, %hostnqn, "Connect by a host that is not allowed");
+        req.dw0 = connect_invalid_param_dw0(true, connect_data_offset::HOSTNQN);
+        return Err(Status::cmd_specific(cmd_specific::CONNECT_INVALID_HOST));
+    }
+    let params = ex.target.params.clone();
+    let cntlid = Cntlid(d.cntlid());
+    if q.qid.is_admin() {
+        if sqsize == 0 || u32::from(sqsize) >= u32::from(params.max_admin_queue_size) {
+            warn!(%subnqn, %hostnqn, sqsize, "admin Connect with invalid queue size");
+            return Err(invalid_param(false, connect_offset::SQSIZE, req));
+        }
+        let wanted = match subsys.controller_model {
+            ControllerModel::Dynamic if cntlid != Cntlid::DYNAMIC => {
+                warn!(%subnqn, %hostnqn, %cntlid, "dynamic subsystem: Connect must ask for cntlid 0xFFFF");
+                return Err(invalid_param(true, connect_data_offset::CNTLID, req));
+            }
+            _ => cntlid,
+        };
+        let Some(id) = subsys.alloc_cntlid(wanted) else {
+            warn!(%subnqn, %hostnqn, %cntlid, "no controller id available");
+            return Err(invalid_param(true, connect_data_offset::CNTLID, req));
+        };
+        let kato_ms = kato.min(params.max_kato_ms);
+        let ctrl = Controller::new(
+            id,
+            subsys.clone(),
+            hostnqn.clone(),
+            d.hostid(),
+            kato_ms,
+            params,
+            q.port.clone(),
+        );
+        subsys.register_controller(&ctrl);
+        info!(%subnqn, %hostnqn, cntlid = %id, kato_ms, sqsize, "admin queue connected");
+        q.sqsize = sqsize;
+        q.ctrl = Some(ctrl);
+        req.dw0 = u32::from(id.0);
+        return Ok(());
+    }
+    // I/O queue: join the controller named by CNTLID.
+    let ctrl = match subsys.controller(cntlid) {
+        Some(c) if c.hostnqn == hostnqn && !c.is_dead() => c,
+        _ => {
+            warn!(%subnqn, %hostnqn, %cntlid, qid, "I/O Connect names an unknown controller");
+            return Err(invalid_param(true, connect_data_offset::CNTLID, req));
+        }
+    };
+    if !ctrl.is_ready() {
+        warn!(%subnqn, %cntlid, qid, "I/O Connect before the controller is enabled");
+        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+    }
+    if sqsize == 0 || u32::from(sqsize) >= u32::from(params.max_queue_size) {
+        warn!(%subnqn, %cntlid, qid, sqsize, "I/O Connect with invalid queue size");
+        return Err(invalid_param(false, connect_offset::SQSIZE, req));
+    }
+    match ctrl.claim_io_queue(Qid(qid)) {
+        Ok(()) => {}
+        Err(QueueClaimError::OutOfRange) => {
+            warn!(%subnqn, %cntlid, qid, "I/O Connect beyond the granted queues");
+            return Err(invalid_param(false, connect_offset::QID, req));
+        }
+        Err(QueueClaimError::AlreadyConnected) => {
+            warn!(%subnqn, %cntlid, qid, "I/O queue already connected");
+            return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR).at(connect_offset::QID, 0));
+        }
+    }
+    tracing::debug!(%subnqn, %cntlid, qid, sqsize, "I/O queue connected");
+    q.sqsize = sqsize;
+    q.ctrl = Some(ctrl);
+    Ok(())
+}
+
+/// CAP as this target reports it.
+pub(crate) fn cap_value(max_queue_size: u16) -> u64 {
+    Cap::default()
+        .with_mqes(max_queue_size.saturating_sub(1))
+        .with_cqr(true)
+        .with_to(CAP_TIMEOUT_UNITS as u8)
+        .with_css_nvm(true)
+        .0
+}
+
+fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+    };
+    let (attrib, offset) = {
+        let p = PropertyGet::new_unchecked(&req.sqe[..]);
+        (p.attrib() & PROP_SIZE_MASK, p.offset())
+    };
+    let value: u64 = match (offset, attrib) {
+        (reg::CAP, PROP_SIZE_8) => cap_value(ctrl.params.max_queue_size),
+        (reg::VS, PROP_SIZE_4) => u64::from(NVME_VS_1_3),
+        (reg::CC, PROP_SIZE_4) => u64::from(ctrl.cc().0),
+        (reg::CSTS, PROP_SIZE_4) => u64::from(ctrl.csts().0),
+        (reg::CAP | reg::VS | reg::CC | reg::CSTS, _) => {
+            return Err(Status::generic(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0))
+        }
+        _ => {
+            warn!(offset, "Property Get of an unsupported register");
+            return Err(Status::generic(generic::INVALID_FIELD).at(PROP_OFFSET_OFFSET, 0));
+        }
+    };
+    req.dw0 = value as u32;
+    req.dw1 = (value >> 32) as u32;
+    Ok(())
+}
+
+fn property_set(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
+    let Some(ctrl) = q.ctrl.clone() else {
+        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+    };
+    let (attrib, offset, value) = {
+        let p = PropertySet::new_unchecked(&req.sqe[..]);
+        (p.attrib() & PROP_SIZE_MASK, p.offset(), p.value())
+    };
+    match (offset, attrib) {
+        (reg::CC, PROP_SIZE_4) => {
+            let st = ctrl.write_cc(nvmf_common::wire::fabrics::Cc(value as u32));
+            if st.is_success() {
+                Ok(())
+            } else {
+                Err(st)
+            }
+        }
+        (reg::CC, _) => Err(Status::generic(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0)),
+        _ => {
+            warn!(offset, "Property Set of a read-only or unsupported register");
+            Err(Status::new(Sct::Generic, generic::INVALID_FIELD)
+                .dnr()
+                .at(PROP_OFFSET_OFFSET, 0))
+        }
+    }
+}
+
+/// Byte offsets of Property Get/Set fields for error locations.
+const PROP_ATTRIB_OFFSET: u16 = 40;
+const PROP_OFFSET_OFFSET: u16 = 44;
+
+/// Shared by admin.rs: the Arc type is used in signatures only.
+#[allow(dead_code)]
+type _Ctrl = Arc<Controller>;

@@ -1,0 +1,149 @@
+//! Identify data structures as this target reports them. The controller structure is
+//! the checklist of what a fabrics controller must fill (Linux nvmet's
+//! `nvmet_execute_identify_ctrl` reports the same set).
+
+use nvmf_common::wire::fabrics::NVME_VS_1_3;
+use nvmf_common::wire::identify::{
+    cntrltype, lpa, oaes, oncs, sgls, IdentifyController, IdentifyNamespace, LbaFormat,
+    NsIdDescriptor,
+};
+
+use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
+use crate::params::MIN_PAGE_SIZE;
+use crate::subsystem::Namespace;
+use crate::target::Target;
+
+/// IEEE OUI reported in Identify Controller (none registered: zero).
+const IEEE_OUI: [u8; 3] = [0, 0, 0];
+/// Recommended Arbitration Burst (2^6 commands), as nvmet reports.
+const RAB: u8 = 6;
+/// CMIC: multiple ports and multiple controllers may exist.
+const CMIC_MULTI_PORT_CTRL: u8 = 0b011;
+/// KAS: keep-alive granularity in 100 ms units.
+const KAS_100MS_UNITS: u16 = 1;
+/// SQES/CQES: required and maximum entry sizes as log2 (64-byte SQE, 16-byte CQE).
+const SQES: u8 = (6 << 4) | 6;
+const CQES: u8 = (4 << 4) | 4;
+/// VWC: a volatile write cache is present; Flush with NSID=FFFFFFFFh supported (bits 2:1 = 11b).
+const VWC_PRESENT_BROADCAST_FLUSH: u8 = 0b111;
+/// FRMW: one firmware slot, slot 1 read-only.
+const FRMW_ONE_SLOT_RO: u8 = 0b11;
+/// CTRATT: 128-bit host identifier, traffic-based keep-alive.
+const CTRATT_HID128_TBKAS: u32 = (1 << 0) | (1 << 6);
+/// NMIC: the namespace may be attached to several controllers.
+const NMIC_SHARED: u8 = 1;
+/// NSFEAT bit 0: thin provisioning (deallocate frees space).
+const NSFEAT_THIN: u8 = 1;
+/// DLFEAT: deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may deallocate.
+const DLFEAT_READ_ZEROES: u8 = 0x1 | 0x8;
+/// Power state 0: 25 W maximum (in centiwatts), as nvmet reports.
+const PSD0_MAX_POWER_CW: u16 = 0x9c4;
+
+/// Firmware revision: the crate version, space-padded to 8 ASCII bytes by the setter.
+pub(crate) fn firmware_revision() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// Fills a 4096-byte Identify Controller structure for `ctrl`.
+pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
+    let p = &ctrl.params;
+    let port = &ctrl.port;
+    let discovery = ctrl.subsys.is_discovery();
+    let mut id = IdentifyController::new_unchecked(out);
+    id.set_sn(&ctrl.subsys.serial);
+    id.set_mn(&ctrl.subsys.model);
+    id.set_fr(firmware_revision());
+    id.set_rab(RAB);
+    id.set_ieee(IEEE_OUI);
+    id.set_cmic(CMIC_MULTI_PORT_CTRL);
+    id.set_mdts(p.mdts());
+    id.set_cntlid(ctrl.cntlid.0);
+    id.set_ver(NVME_VS_1_3);
+    id.set_ctratt(CTRATT_HID128_TBKAS);
+    id.set_cntrltype(if discovery {
+        cntrltype::DISCOVERY
+    } else {
+        cntrltype::IO
+    });
+    id.set_oaes(if discovery {
+        oaes::DISCOVERY_LOG_CHANGE
+    } else {
+        oaes::NS_ATTR
+    });
+    id.set_acl(3);
+    id.set_aerl((AER_LIMIT - 1) as u8);
+    id.set_frmw(FRMW_ONE_SLOT_RO);
+    id.set_lpa(lpa::CMD_EFFECTS | lpa::EXTENDED);
+    id.set_elpe((ERROR_LOG_ENTRIES - 1) as u8);
+    id.set_npss(0);
+    id.set_kas(KAS_100MS_UNITS);
+    id.set_sqes(SQES);
+    id.set_cqes(CQES);
+    id.set_maxcmd(p.max_queue_size);
+    id.set_subnqn(ctrl.subsys.nqn.as_str());
+    // Fabrics: command capsule = SQE + in-capsule data, in 16-byte units; response
+    // capsule = one CQE; in-capsule data starts right after the SQE; dynamic model.
+    let icd = if port.keyed_sgls || port.trtype != nvmf_common::config::TrType::Loopback {
+        p.in_capsule_data_size
+    } else {
+        0
+    };
+    id.set_ioccsz(((64 + icd) / 16) as u32);
+    id.set_iorcsz(1);
+    id.set_icdoff(0);
+    id.set_fcatt(0);
+    id.set_msdbd(port.msdbd);
+    let mut sgl = sgls::SUPPORTED;
+    if port.keyed_sgls {
+        sgl |= sgls::KEYED;
+    }
+    if icd > 0 {
+        sgl |= sgls::OFFSET;
+    }
+    id.set_sgls(sgl);
+    if !discovery {
+        id.set_nn(ctrl.max_nsid());
+        id.set_mnan(ctrl.max_nsid());
+        id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
+        id.set_vwc(VWC_PRESENT_BROADCAST_FLUSH);
+        id.set_psd0_max_power(PSD0_MAX_POWER_CW);
+    }
+    let _ = MIN_PAGE_SIZE;
+}
+
+/// Fills a 4096-byte Identify Namespace structure.
+pub(super) fn namespace(ns: &Namespace, out: &mut [u8]) {
+    let info = ns.backend.info();
+    let mut id = IdentifyNamespace::new_unchecked(out);
+    id.set_nsze(ns.nblocks);
+    id.set_ncap(ns.nblocks);
+    id.set_nuse(ns.nblocks);
+    id.set_nsfeat(if info.supports_deallocate { NSFEAT_THIN } else { 0 });
+    id.set_nlbaf(0);
+    id.set_flbas(0);
+    id.set_nmic(NMIC_SHARED);
+    if info.deallocated_reads_zero {
+        id.set_dlfeat(DLFEAT_READ_ZEROES);
+    }
+    id.set_nguid(ns.nguid);
+    id.set_lbaf(
+        0,
+        LbaFormat {
+            ms: 0,
+            ds: ns.block_size_shift as u8,
+            rp: 0,
+        },
+    );
+}
+
+/// Fills the Namespace Identification Descriptor list (UUID, NGUID, CSI).
+pub(super) fn ns_descriptors(ns: &Namespace, out: &mut [u8]) {
+    nvmf_common::wire::identify::write_ns_id_descriptors(
+        out,
+        &[
+            NsIdDescriptor::Uuid(ns.uuid),
+            NsIdDescriptor::Nguid(ns.nguid),
+            NsIdDescriptor::Csi(0),
+        ],
+    );
+}

@@ -1,0 +1,421 @@
+//! The transport-independent command path, shaped like Linux nvmet.
+//!
+//! A transport owns its queues ([`QueueCtx`]) and request slots ([`Request`]) and
+//! drives each command through the same steps:
+//!
+//! 1. **parse** ([`parse`]): route by queue (connect / admin / I/O), validate the
+//!    command against the controller state and the data length the transport found
+//!    in the SGL, and return a [`Plan`] (direction and length) or a precise [`Status`].
+//! 2. the transport **gets the data** (in-capsule, RDMA READ, R2T) into `req.data`.
+//! 3. **execute** ([`execute`]): run it; either complete at once or submit backend
+//!    I/O tagged with the transport's tag ([`Outcome::Pending`]), or hold it
+//!    (Asynchronous Event Request: [`Outcome::Held`]).
+//! 4. backend completions come back through [`ExecCtx::poll_backends`] and
+//!    [`io_done`]; when it returns true the request is complete.
+//! 5. the transport sends controller-to-host data and the response built by
+//!    [`QueueCtx::fill_cqe`], then recycles the slot. Every request completes once.
+
+mod admin;
+mod discovery;
+mod fabrics;
+mod identify;
+mod io;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nvmf_common::types::{Nsid, Qid};
+use nvmf_common::verbs::DmaBuffer;
+use nvmf_common::wire::cqe::Cqe;
+use nvmf_common::wire::fabrics::FABRICS_OPCODE;
+use nvmf_common::wire::sqe::{self, Sqe, SQE_LEN};
+use nvmf_common::wire::status::{generic, Status};
+
+use crate::backend::{BackendError, DmaSlice, IoChannel, IoCompletion, IoOp};
+use crate::controller::Controller;
+use crate::params::PortInfo;
+use crate::subsystem::Namespace;
+use crate::target::Target;
+
+/// Direction of a command's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataDir {
+    None,
+    HostToCtrl,
+    CtrlToHost,
+}
+
+/// What the transport must move for a parsed command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub dir: DataDir,
+    pub len: u32,
+}
+
+impl Plan {
+    pub const NONE: Plan = Plan {
+        dir: DataDir::None,
+        len: 0,
+    };
+}
+
+/// Result of [`execute`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// `req.status` / `req.dw0` are final.
+    Done,
+    /// Backend I/O is in flight; finish with [`io_done`].
+    Pending,
+    /// An Asynchronous Event Request: keep the slot until an event arrives.
+    Held,
+}
+
+/// One command's transport-independent state. Transports embed it in their slots.
+pub struct Request {
+    pub sqe: [u8; SQE_LEN],
+    pub plan: Plan,
+    /// Data buffer (registered memory) of `plan.len` bytes, when there is data.
+    pub data: Option<DmaSlice>,
+    pub status: Status,
+    pub dw0: u32,
+    pub dw1: u32,
+    /// Backend operations still in flight.
+    pending: u32,
+    /// The namespace the command targets, kept alive while I/O runs.
+    ns: Option<Arc<Namespace>>,
+    /// Compare: the data read back from the backend.
+    scratch: Option<Arc<DmaBuffer>>,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request::new()
+    }
+}
+
+impl Request {
+    pub fn new() -> Self {
+        Request {
+            sqe: [0; SQE_LEN],
+            plan: Plan::NONE,
+            data: None,
+            status: Status::SUCCESS,
+            dw0: 0,
+            dw1: 0,
+            pending: 0,
+            ns: None,
+            scratch: None,
+        }
+    }
+
+    /// Resets the slot for a new command whose SQE is `sqe`.
+    pub fn reset(&mut self, sqe: &[u8]) {
+        let n = sqe.len().min(SQE_LEN);
+        if let (Some(dst), Some(src)) = (self.sqe.get_mut(..n), sqe.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        self.plan = Plan::NONE;
+        self.data = None;
+        self.status = Status::SUCCESS;
+        self.dw0 = 0;
+        self.dw1 = 0;
+        self.pending = 0;
+        self.ns = None;
+        self.scratch = None;
+    }
+
+    pub fn cmd(&self) -> Sqe<&[u8]> {
+        Sqe::new_unchecked(&self.sqe[..])
+    }
+
+    pub fn cid(&self) -> u16 {
+        self.cmd().cid()
+    }
+
+    pub fn opcode(&self) -> u8 {
+        self.cmd().opcode()
+    }
+
+    /// Fails the request with `status`.
+    pub fn fail(&mut self, status: Status) {
+        self.status = status;
+    }
+
+    /// Writes `bytes` into the data buffer at `offset` (controller-to-host data).
+    /// Bytes past the buffer are dropped; the caller sized the buffer from the command.
+    pub fn write_data(&self, offset: usize, bytes: &[u8]) {
+        if let Some(d) = &self.data {
+            let room = d.len.saturating_sub(offset);
+            let n = bytes.len().min(room);
+            if let Some(src) = bytes.get(..n) {
+                d.buf.write_at(d.offset + offset, src);
+            }
+        }
+    }
+
+    /// Reads host-to-controller data at `offset` into `out`; false if it is short.
+    pub fn read_data(&self, offset: usize, out: &mut [u8]) -> bool {
+        match &self.data {
+            Some(d) if offset.checked_add(out.len()).is_some_and(|e| e <= d.len) => {
+                d.buf.read_at(d.offset + offset, out)
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the buffers and namespace reference once the request is finished.
+    pub fn release(&mut self) {
+        self.data = None;
+        self.ns = None;
+        self.scratch = None;
+    }
+}
+
+/// Per-queue state, owned by the transport connection.
+pub struct QueueCtx {
+    pub qid: Qid,
+    /// 0-based size of the submission queue (Connect SQSIZE).
+    pub sqsize: u16,
+    pub ctrl: Option<Arc<Controller>>,
+    pub port: Arc<PortInfo>,
+    /// Submission queue head, reported in every CQE.
+    pub sq_head: u16,
+    /// The queue ends after the current response (Disconnect, fatal controller).
+    pub disconnect: bool,
+    /// Transport tags of held Asynchronous Event Requests.
+    pub held_aers: Vec<u64>,
+}
+
+impl QueueCtx {
+    pub fn new(qid: Qid, sqsize: u16, port: Arc<PortInfo>) -> Self {
+        QueueCtx {
+            qid,
+            sqsize,
+            ctrl: None,
+            port,
+            sq_head: 0,
+            disconnect: false,
+            held_aers: Vec::new(),
+        }
+    }
+
+    /// Advances the SQ head for a newly fetched command (flow control).
+    #[inline]
+    pub fn advance_sq_head(&mut self) {
+        self.sq_head = if self.sq_head >= self.sqsize {
+            0
+        } else {
+            self.sq_head + 1
+        };
+    }
+
+    /// Encodes the response capsule for `req` into `out` (16 bytes), and records
+    /// failures in the controller's error log.
+    pub fn fill_cqe(&self, req: &Request, out: &mut [u8]) {
+        if !req.status.is_success() {
+            if let Some(c) = &self.ctrl {
+                let cmd = req.cmd();
+                c.record_error(self.qid, cmd.cid(), cmd.opcode(), cmd.nsid(), req.status);
+            }
+        }
+        let mut cqe = Cqe::new_unchecked(out);
+        cqe.set_dw0(req.dw0);
+        cqe.set_dw1(req.dw1);
+        cqe.set_sqhd(self.sq_head);
+        cqe.set_sqid(self.qid.0);
+        cqe.set_cid(req.cid());
+        cqe.set_status(req.status);
+    }
+
+    /// Releases what the queue holds in its controller; called once when it ends.
+    pub fn teardown(&mut self) {
+        if let Some(c) = self.ctrl.take() {
+            if self.qid.is_admin() {
+                c.release();
+            } else {
+                c.release_io_queue(self.qid);
+            }
+        }
+        self.held_aers.clear();
+    }
+}
+
+/// Per-thread execution context: backend channels opened by this poll group.
+pub struct ExecCtx {
+    pub target: Arc<Target>,
+    channels: HashMap<u64, Box<dyn IoChannel>>,
+    dirty: Vec<u64>,
+    reaped: Vec<IoCompletion>,
+}
+
+impl ExecCtx {
+    pub fn new(target: Arc<Target>) -> Self {
+        ExecCtx {
+            target,
+            channels: HashMap::new(),
+            dirty: Vec::new(),
+            reaped: Vec::with_capacity(256),
+        }
+    }
+
+    fn submit(&mut self, ns: &Namespace, tag: u64, op: IoOp) -> Result<(), BackendError> {
+        let ch = match self.channels.entry(ns.instance) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(ns.backend.open_channel()?),
+        };
+        ch.submit(tag, op)?;
+        if !self.dirty.contains(&ns.instance) {
+            self.dirty.push(ns.instance);
+        }
+        Ok(())
+    }
+
+    /// Issues queued backend I/O (one system call per io_uring channel).
+    pub fn flush(&mut self) {
+        for id in self.dirty.drain(..) {
+            if let Some(ch) = self.channels.get_mut(&id) {
+                ch.flush();
+            }
+        }
+    }
+
+    /// Reaps finished backend I/O into `out`; returns how many.
+    pub fn poll_backends(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+        self.flush();
+        let before = out.len();
+        for ch in self.channels.values_mut() {
+            if ch.in_flight() > 0 {
+                ch.poll(out);
+            }
+        }
+        out.len() - before
+    }
+
+    /// Backend I/O not yet reaped.
+    pub fn in_flight(&self) -> usize {
+        self.channels.values().map(|c| c.in_flight()).sum()
+    }
+
+    /// File descriptors to wait on for backend completions.
+    pub fn event_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.channels.values().filter_map(|c| c.event_fd()).collect()
+    }
+
+    /// Scratch vector for callers that reap into a reused buffer.
+    pub fn take_reaped(&mut self) -> Vec<IoCompletion> {
+        std::mem::take(&mut self.reaped)
+    }
+
+    pub fn put_reaped(&mut self, mut v: Vec<IoCompletion>) {
+        v.clear();
+        self.reaped = v;
+    }
+}
+
+/// Step 1: validates `req.sqe` on queue `q`, given the data length the transport's SGL
+/// describes. On success `req.plan` is set.
+pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> Result<(), Status> {
+    let plan = parse_inner(q, target, req)?;
+    if plan.len != sgl_len {
+        // nvmet_check_transfer_len: the SGL must describe exactly the command's data.
+        tracing::debug!(
+            qid = %q.qid, cid = req.cid(), opcode = req.opcode(),
+            "data length {} in SGL does not match the command's {}", sgl_len, plan.len
+        );
+        return Err(Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
+    }
+    req.plan = plan;
+    Ok(())
+}
+
+fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan, Status> {
+    let cmd = req.cmd();
+    let flags = cmd.flags();
+    if cmd.fuse() != sqe::fuse::NORMAL {
+        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 0));
+    }
+    if cmd.psdt() != sqe::psdt::SGL_MPTR_CONTIGUOUS {
+        // Fabrics commands always describe data with SGLs.
+        let _ = flags;
+        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 6));
+    }
+    let opcode = cmd.opcode();
+    let Some(ctrl) = q.ctrl.as_ref() else {
+        return fabrics::parse_connect(req);
+    };
+    if ctrl.is_dead() {
+        return Err(Status::new(
+            nvmf_common::wire::status::Sct::Generic,
+            generic::COMMAND_SEQUENCE_ERROR,
+        ));
+    }
+    if opcode == FABRICS_OPCODE {
+        return fabrics::parse(q, req);
+    }
+    if !ctrl.is_ready() {
+        tracing::debug!(qid = %q.qid, opcode, "command while CC.EN == 0 or CSTS.RDY == 0");
+        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+    }
+    if q.qid.is_admin() {
+        if ctrl.subsys.is_discovery() {
+            discovery::parse(ctrl, req)
+        } else {
+            admin::parse(ctrl, target, req)
+        }
+    } else {
+        io::parse(ctrl, req)
+    }
+}
+
+/// Step 3: runs a parsed command whose data (if host-to-controller) is in `req.data`.
+pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) -> Outcome {
+    let now = Instant::now();
+    if let Some(c) = &q.ctrl {
+        c.touch(now);
+    }
+    let opcode = req.opcode();
+    if opcode == FABRICS_OPCODE {
+        return fabrics::execute(q, ex, req);
+    }
+    let Some(ctrl) = q.ctrl.clone() else {
+        req.fail(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+        return Outcome::Done;
+    };
+    if q.qid.is_admin() {
+        if ctrl.subsys.is_discovery() {
+            discovery::execute(q, &ctrl, ex, req, tag)
+        } else {
+            admin::execute(q, &ctrl, ex, req, tag)
+        }
+    } else {
+        io::execute(&ctrl, ex, req, tag)
+    }
+}
+
+/// Step 4: a backend operation of `req` finished. Returns true when the request is
+/// complete (all its operations are done).
+pub fn io_done(req: &mut Request, result: Result<(), BackendError>) -> bool {
+    if let Err(e) = result {
+        if req.status.is_success() {
+            tracing::warn!(cid = req.cid(), opcode = req.opcode(), "backend error: {e}");
+            req.status = e.status();
+        }
+    }
+    req.pending = req.pending.saturating_sub(1);
+    if req.pending > 0 {
+        return false;
+    }
+    io::finish(req);
+    true
+}
+
+/// Finds namespace `nsid` for an I/O or admin command.
+pub(crate) fn find_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, Status> {
+    if nsid == 0 || nsid == Nsid::BROADCAST.0 {
+        return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+    }
+    ctrl.subsys
+        .namespace(Nsid(nsid))
+        .ok_or(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0))
+}

@@ -1,0 +1,66 @@
+//! Limits and identity the target advertises, fixed at startup.
+
+use nvmf_common::config::{PollMode, TransportConfig, TrType};
+
+/// Transport-independent limits (from the config's `transport:` section).
+#[derive(Debug, Clone)]
+pub struct TargetParams {
+    /// Entries per I/O queue (CAP.MQES + 1).
+    pub max_queue_size: u16,
+    /// Entries of the admin queue.
+    pub max_admin_queue_size: u16,
+    pub max_io_queues: u16,
+    /// Bytes of in-capsule data a command capsule may carry (IOCCSZ - 64).
+    pub in_capsule_data_size: u32,
+    /// Largest transfer (MDTS).
+    pub max_io_size: u32,
+    pub poll_mode: PollMode,
+    pub poll_groups: usize,
+    /// Largest KATO a host may ask for, in ms.
+    pub max_kato_ms: u32,
+}
+
+impl TargetParams {
+    pub fn from_config(t: &TransportConfig) -> Self {
+        TargetParams {
+            max_queue_size: t.max_queue_size,
+            max_admin_queue_size: t.max_admin_queue_size,
+            max_io_queues: t.max_io_queues,
+            in_capsule_data_size: t.in_capsule_data_size,
+            max_io_size: t.max_io_size,
+            poll_mode: t.poll_mode,
+            poll_groups: t.poll_groups,
+            max_kato_ms: t.keep_alive_timeout_ms,
+        }
+    }
+
+    /// MDTS: log2 of the max transfer in units of the 4 KiB minimum page size.
+    pub fn mdts(&self) -> u8 {
+        let pages = (self.max_io_size / MIN_PAGE_SIZE).max(1);
+        pages.trailing_zeros() as u8
+    }
+}
+
+impl Default for TargetParams {
+    fn default() -> Self {
+        TargetParams::from_config(&TransportConfig::default())
+    }
+}
+
+/// CAP.MPSMIN page size.
+pub const MIN_PAGE_SIZE: u32 = 4096;
+
+/// A port as the discovery log and Identify Controller describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortInfo {
+    pub portid: u16,
+    pub trtype: TrType,
+    pub traddr: String,
+    pub trsvcid: String,
+    /// Whether the transport carries keyed SGLs (RDMA, loopback) and its SGL limits.
+    pub keyed_sgls: bool,
+    /// Maximum SGL data block descriptors per command.
+    pub msdbd: u8,
+    /// NQNs of the subsystems exported on this port.
+    pub subsystems: Vec<String>,
+}

@@ -1,0 +1,213 @@
+//! Accepts NVMe/RDMA connections on one port.
+//!
+//! For each rdma_cm connect request: validate the NVMe/RDMA private data (record
+//! format, queue id, host queue sizes) and reject with the NVMe/RDMA status when it is
+//! wrong; otherwise allocate the queue's receive buffers (one capsule per host SQ
+//! entry) and response buffers, register them once, post every receive before the
+//! connection is established, accept with our receive queue size, and hand the queue
+//! to a poll group (admin queues to group 0, I/O queues spread by qid).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use nvmf_common::types::Qid;
+use nvmf_common::verbs::{
+    Access, ConnectRequest, DmaBuffer, Listener, ProtectionDomain, QpCaps, QpInit, QueuePair,
+    RecvWr, Sge, VerbsError,
+};
+use nvmf_common::wire::rdma::{
+    reject_status, reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN,
+    NVME_RDMA_CM_FMT_1_0,
+};
+use nvmf_common::wire::sqe::SQE_LEN;
+
+use super::poll_group::{GroupHandle, NewQueue};
+use super::{verbs_wr_id, wr_kind};
+use crate::core::QueueCtx;
+use crate::params::PortInfo;
+use crate::target::Target;
+
+/// CQE size.
+const CQE_LEN: usize = 16;
+/// Private data sizes of the accept and reject messages.
+const CM_ACCEPT_LEN: usize = 32;
+const CM_REJECT_LEN: usize = 4;
+/// Send work requests per slot: an RDMA READ or WRITE plus the response SEND.
+const SEND_WRS_PER_SLOT: u32 = 3;
+
+pub fn spawn(
+    listener: Arc<dyn Listener>,
+    target: Arc<Target>,
+    port: Arc<PortInfo>,
+    pd: Arc<dyn ProtectionDomain>,
+    groups: Vec<GroupHandle>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("nvmf-listen-{}", port.trsvcid))
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                if let Some(req) = listener.next_request(Duration::from_millis(50)) {
+                    handle_request(req, &target, &port, &pd, &groups);
+                }
+            }
+        })
+        .unwrap_or_else(|e| panic!("cannot spawn listener thread: {e}"))
+}
+
+/// What a valid NVMe/RDMA connect request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueRequest {
+    pub qid: u16,
+    /// Host SQ entries (hsqsize + 1): our receive queue depth.
+    pub recv_depth: u16,
+    /// Host receive queue size: how many responses it can take.
+    pub hrqsize: u16,
+}
+
+/// Validates the CM request private data; `Err` is the NVMe/RDMA reject status.
+pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u16> {
+    if pd.len() < CM_REQ_LEN {
+        return Err(reject_status::INVALID_PRIVATE_DATA_LENGTH);
+    }
+    let r = CmRequest::new_unchecked(pd);
+    if r.recfmt() != NVME_RDMA_CM_FMT_1_0 {
+        return Err(reject_status::INVALID_RECFMT);
+    }
+    let qid = r.qid();
+    let p = &target.params;
+    if qid > p.max_io_queues {
+        return Err(reject_status::INVALID_QID);
+    }
+    let limit = if qid == 0 {
+        p.max_admin_queue_size
+    } else {
+        p.max_queue_size
+    };
+    let recv_depth = u32::from(r.hsqsize()) + 1;
+    if r.hsqsize() == 0 || recv_depth > u32::from(limit) {
+        return Err(reject_status::INVALID_HSQSIZE);
+    }
+    if r.hrqsize() == 0 || u32::from(r.hrqsize()) > u32::from(limit) {
+        return Err(reject_status::INVALID_HRQSIZE);
+    }
+    Ok(QueueRequest {
+        qid,
+        recv_depth: recv_depth as u16,
+        hrqsize: r.hrqsize(),
+    })
+}
+
+fn reject(req: Box<dyn ConnectRequest>, sts: u16) {
+    let mut rej = [0u8; CM_REJECT_LEN];
+    {
+        let mut r = CmReject::new_unchecked(&mut rej[..]);
+        r.set_recfmt(NVME_RDMA_CM_FMT_1_0);
+        r.set_sts(sts);
+    }
+    req.reject(&rej);
+}
+
+fn handle_request(
+    req: Box<dyn ConnectRequest>,
+    target: &Arc<Target>,
+    port: &Arc<PortInfo>,
+    pd: &Arc<dyn ProtectionDomain>,
+    groups: &[GroupHandle],
+) {
+    let qr = match validate_cm_request(req.private_data(), target) {
+        Ok(q) => q,
+        Err(sts) => {
+            warn!(
+                port = %port.trsvcid, len = req.private_data().len(),
+                "rejecting NVMe/RDMA connect: {} ({sts:#x})", reject_status_name(sts)
+            );
+            return reject(req, sts);
+        }
+    };
+    match build_queue(req, target, port, pd, groups, qr) {
+        Ok(()) => {}
+        Err(e) => warn!(qid = qr.qid, "could not set up queue: {e}"),
+    }
+}
+
+fn build_queue(
+    req: Box<dyn ConnectRequest>,
+    target: &Arc<Target>,
+    port: &Arc<PortInfo>,
+    pd: &Arc<dyn ProtectionDomain>,
+    groups: &[GroupHandle],
+    qr: QueueRequest,
+) -> Result<(), VerbsError> {
+    let slots = qr.recv_depth;
+    let capsule_size = SQE_LEN + target.params.in_capsule_data_size as usize;
+    let nomem = || VerbsError::Provider("out of memory for queue buffers".into());
+    let recv_buf = Arc::new(DmaBuffer::new(usize::from(slots) * capsule_size).ok_or_else(nomem)?);
+    let resp_buf = Arc::new(DmaBuffer::new(usize::from(slots) * CQE_LEN).ok_or_else(nomem)?);
+    let recv_mr = pd.register(recv_buf.clone(), Access::LOCAL_WRITE)?;
+    let resp_mr = pd.register(resp_buf.clone(), Access::LOCAL_WRITE)?;
+    let group = if qr.qid == 0 || groups.len() <= 1 {
+        groups.first()
+    } else {
+        groups.get((usize::from(qr.qid) - 1) % groups.len())
+    }
+    .ok_or(VerbsError::InvalidArgument("no poll group"))?;
+    let init = QpInit {
+        pd: pd.clone(),
+        send_cq: group.cq.clone(),
+        recv_cq: group.cq.clone(),
+        caps: QpCaps {
+            max_send_wr: u32::from(slots) * SEND_WRS_PER_SLOT,
+            max_recv_wr: u32::from(slots),
+            max_send_sge: 2,
+            max_recv_sge: 1,
+        },
+    };
+    let mut acc = [0u8; CM_ACCEPT_LEN];
+    {
+        let mut a = CmAccept::new_unchecked(&mut acc[..]);
+        a.set_recfmt(NVME_RDMA_CM_FMT_1_0);
+        a.set_crqsize(slots);
+    }
+    let (rmr, cap) = (recv_mr.clone(), capsule_size);
+    let mut pre_post = move |qp: &dyn QueuePair| -> Result<(), VerbsError> {
+        let sges: Vec<Sge> = (0..slots)
+            .map(|i| Sge {
+                addr: rmr.addr() + (usize::from(i) * cap) as u64,
+                length: cap as u32,
+                lkey: rmr.lkey(),
+            })
+            .collect();
+        let wrs: Vec<RecvWr<'_>> = sges
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RecvWr {
+                wr_id: verbs_wr_id(wr_kind::RECV, i as u16),
+                sg_list: std::slice::from_ref(s),
+            })
+            .collect();
+        qp.post_recv(&wrs)
+    };
+    let qp = req.accept(init, &acc, &mut pre_post)?;
+    debug!(qid = qr.qid, slots, hrqsize = qr.hrqsize, qp = qp.qp_num(), "NVMe/RDMA queue accepted");
+    let ctx = QueueCtx::new(Qid(qr.qid), slots - 1, port.clone());
+    let ok = group.add(NewQueue {
+        qp: qp.clone(),
+        ctx,
+        slots,
+        capsule_size,
+        recv_buf,
+        recv_mr,
+        resp_buf,
+        resp_mr,
+    });
+    if !ok {
+        qp.disconnect();
+        return Err(VerbsError::Provider("poll group is gone".into()));
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! NVM subsystems and their namespaces.
+//!
+//! A [`Subsystem`] owns its namespaces and the set of live controllers. It is shared
+//! (`Arc`) by the target and every controller of it. Namespaces are `Arc`s so that a
+//! namespace removed while I/O runs stays alive until that I/O completes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, RwLock};
+
+use nvmf_common::types::{Cntlid, Nqn, Nsid};
+
+use crate::backend::Backend;
+use crate::controller::Controller;
+
+/// Largest NSID a subsystem accepts (Identify Controller NN).
+pub const MAX_NAMESPACES: u32 = 1024;
+
+/// Whether a subsystem is an NVM subsystem or the discovery subsystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubsystemKind {
+    Nvm,
+    Discovery,
+}
+
+/// How controller ids are assigned (Identify Controller FCATT bit 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControllerModel {
+    /// The target picks a fresh cntlid per association; hosts send 0xFFFF.
+    Dynamic,
+    /// Hosts may ask for a specific cntlid (or 0xFFFE for any).
+    Static,
+}
+
+/// A namespace: an NSID bound to a backend.
+pub struct Namespace {
+    pub nsid: Nsid,
+    pub backend: Arc<dyn Backend>,
+    pub block_size: u32,
+    pub block_size_shift: u32,
+    pub nblocks: u64,
+    pub uuid: [u8; 16],
+    pub nguid: [u8; 16],
+    /// Unique per namespace instance; backend channels are cached by it.
+    pub instance: u64,
+}
+
+static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
+impl Namespace {
+    /// Binds `backend` to `nsid`. The block size must be a power of two ≥ 512.
+    pub fn new(nsid: Nsid, backend: Arc<dyn Backend>, uuid: [u8; 16], nguid: [u8; 16]) -> Self {
+        let info = backend.info();
+        let block_size = info.block_size.max(512);
+        let shift = block_size.trailing_zeros();
+        Namespace {
+            nsid,
+            nblocks: info.size_bytes >> shift,
+            block_size,
+            block_size_shift: shift,
+            backend,
+            uuid,
+            nguid,
+            instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.nblocks << self.block_size_shift
+    }
+}
+
+/// Static identity and policy of a subsystem.
+#[derive(Debug, Clone)]
+pub struct SubsystemParams {
+    pub nqn: Nqn,
+    pub kind: SubsystemKind,
+    pub serial: String,
+    pub model: String,
+    pub allow_any_host: bool,
+    pub allowed_hosts: Vec<Nqn>,
+    pub cntlid_min: u16,
+    pub cntlid_max: u16,
+    pub controller_model: ControllerModel,
+}
+
+pub struct Subsystem {
+    pub nqn: Nqn,
+    pub kind: SubsystemKind,
+    pub serial: String,
+    pub model: String,
+    pub controller_model: ControllerModel,
+    allow_any_host: RwLock<bool>,
+    hosts: RwLock<HashSet<Nqn>>,
+    namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    ctrls: Mutex<CtrlTable>,
+}
+
+struct CtrlTable {
+    next: u16,
+    min: u16,
+    max: u16,
+    live: HashMap<u16, Weak<Controller>>,
+}
+
+impl Subsystem {
+    pub fn new(p: SubsystemParams) -> Arc<Self> {
+        let min = p.cntlid_min.max(Cntlid::MIN.0);
+        let max = p.cntlid_max.clamp(min, Cntlid::MAX.0);
+        Arc::new(Subsystem {
+            nqn: p.nqn,
+            kind: p.kind,
+            serial: p.serial,
+            model: p.model,
+            controller_model: p.controller_model,
+            allow_any_host: RwLock::new(p.allow_any_host),
+            hosts: RwLock::new(p.allowed_hosts.into_iter().collect()),
+            namespaces: RwLock::new(BTreeMap::new()),
+            ctrls: Mutex::new(CtrlTable {
+                next: min,
+                min,
+                max,
+                live: HashMap::new(),
+            }),
+        })
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        self.kind == SubsystemKind::Discovery
+    }
+
+    /// Whether `host` may connect (and see this subsystem in discovery).
+    pub fn host_allowed(&self, host: &Nqn) -> bool {
+        *self.allow_any_host.read() || self.hosts.read().contains(host)
+    }
+
+    pub fn set_allow_any_host(&self, v: bool) {
+        *self.allow_any_host.write() = v;
+    }
+
+    pub fn add_host(&self, host: Nqn) {
+        self.hosts.write().insert(host);
+    }
+
+    pub fn remove_host(&self, host: &Nqn) -> bool {
+        self.hosts.write().remove(host)
+    }
+
+    pub fn allowed_hosts(&self) -> Vec<Nqn> {
+        self.hosts.read().iter().cloned().collect()
+    }
+
+    pub fn allows_any_host(&self) -> bool {
+        *self.allow_any_host.read()
+    }
+
+    pub fn namespace(&self, nsid: Nsid) -> Option<Arc<Namespace>> {
+        self.namespaces.read().get(&nsid.0).cloned()
+    }
+
+    /// Active namespace ids in increasing order.
+    pub fn active_nsids(&self) -> Vec<u32> {
+        self.namespaces.read().keys().copied().collect()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.namespaces.read().values().cloned().collect()
+    }
+
+    /// Adds a namespace; fails if the NSID is taken or out of range. Connected
+    /// controllers get a Namespace Attribute Changed event.
+    pub fn add_namespace(&self, ns: Namespace) -> Result<(), String> {
+        let nsid = ns.nsid;
+        if nsid.0 == 0 || nsid.0 > MAX_NAMESPACES {
+            return Err(format!("nsid {} out of range 1..={}", nsid, MAX_NAMESPACES));
+        }
+        {
+            let mut map = self.namespaces.write();
+            if map.contains_key(&nsid.0) {
+                return Err(format!("nsid {} already exists in {}", nsid, self.nqn));
+            }
+            map.insert(nsid.0, Arc::new(ns));
+        }
+        self.notify_ns_changed(nsid);
+        Ok(())
+    }
+
+    /// Removes a namespace; in-flight I/O keeps its `Arc` until it completes.
+    pub fn remove_namespace(&self, nsid: Nsid) -> Option<Arc<Namespace>> {
+        let ns = self.namespaces.write().remove(&nsid.0);
+        if ns.is_some() {
+            self.notify_ns_changed(nsid);
+        }
+        ns
+    }
+
+    fn notify_ns_changed(&self, nsid: Nsid) {
+        for c in self.controllers() {
+            c.namespace_changed(nsid);
+        }
+    }
+
+    /// Live controllers.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        self.ctrls
+            .lock()
+            .live
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    pub fn controller(&self, cntlid: Cntlid) -> Option<Arc<Controller>> {
+        self.ctrls.lock().live.get(&cntlid.0).and_then(Weak::upgrade)
+    }
+
+    /// Allocates a controller id. `requested` is the Connect data CNTLID.
+    /// Returns None when the range is exhausted or a static id is taken.
+    pub fn alloc_cntlid(&self, requested: Cntlid) -> Option<Cntlid> {
+        let mut t = self.ctrls.lock();
+        t.live.retain(|_, w| w.strong_count() > 0);
+        if requested != Cntlid::DYNAMIC && requested != Cntlid::STATIC_ANY {
+            let free = (t.min..=t.max).contains(&requested.0) && !t.live.contains_key(&requested.0);
+            return free.then_some(requested);
+        }
+        let span = u32::from(t.max - t.min) + 1;
+        for _ in 0..span {
+            let id = t.next;
+            t.next = if id >= t.max { t.min } else { id + 1 };
+            if !t.live.contains_key(&id) {
+                return Some(Cntlid(id));
+            }
+        }
+        None
+    }
+
+    /// Records a live controller under its id (allocated by [`Subsystem::alloc_cntlid`]).
+    pub fn register_controller(&self, ctrl: &Arc<Controller>) {
+        self.ctrls
+            .lock()
+            .live
+            .insert(ctrl.cntlid.0, Arc::downgrade(ctrl));
+    }
+
+    pub fn unregister_controller(&self, cntlid: Cntlid) {
+        self.ctrls.lock().live.remove(&cntlid.0);
+    }
+}
