@@ -75,7 +75,6 @@ pub(crate) fn get_u64(buf: &[u8], r: Range<usize>) -> u64 {
     u64::from_le_bytes(get_array(buf, r))
 }
 
-#[allow(dead_code)] // TEMP
 #[inline]
 pub(crate) fn get_u128(buf: &[u8], r: Range<usize>) -> u128 {
     u128::from_le_bytes(get_array(buf, r))
@@ -113,7 +112,6 @@ pub(crate) fn set_u64(buf: &mut [u8], r: Range<usize>, v: u64) {
     put(buf, r, &v.to_le_bytes());
 }
 
-#[allow(dead_code)] // TEMP
 #[inline]
 pub(crate) fn set_u128(buf: &mut [u8], r: Range<usize>, v: u128) {
     put(buf, r, &v.to_le_bytes());
@@ -232,7 +230,6 @@ pub(crate) use view;
 /// Defines `fn $get(&self) -> $ty` / `fn $set(&mut self, v: $ty)` pairs for
 /// little-endian integer fields. Used inside `impl` blocks split by mutability:
 /// `getters!{ name: u16 = field::NAME, ... }` and `setters!{ set_name: u16 = field::NAME }`.
-#[allow(unused_macros)] // TEMP
 macro_rules! getters {
     ($( $(#[$m:meta])* $get:ident : $ty:ident = $r:expr ),* $(,)?) => {
         $(
@@ -249,10 +246,8 @@ macro_rules! getters {
     (@get u64, $b:expr, $r:expr) => { $crate::wire::get_u64($b, $r) };
     (@get u128, $b:expr, $r:expr) => { $crate::wire::get_u128($b, $r) };
 }
-#[allow(unused_imports)] // TEMP
 pub(crate) use getters;
 
-#[allow(unused_macros)] // TEMP
 macro_rules! setters {
     ($( $(#[$m:meta])* $set:ident : $ty:ident = $r:expr ),* $(,)?) => {
         $(
@@ -269,7 +264,6 @@ macro_rules! setters {
     (@set u64, $b:expr, $r:expr, $v:expr) => { $crate::wire::set_u64($b, $r, $v) };
     (@set u128, $b:expr, $r:expr, $v:expr) => { $crate::wire::set_u128($b, $r, $v) };
 }
-#[allow(unused_imports)] // TEMP
 pub(crate) use setters;
 
 #[cfg(test)]

@@ -65,6 +65,16 @@ pub(crate) fn wr_id_parts(id: u64) -> (u8, u16, u16, u16) {
     )
 }
 
+/// The rdma_cm address a port listens on: `traddr:trsvcid`, or `loopback:PORTID`
+/// for loopback ports, which have no network address.
+pub fn listen_addr(port: &PortInfo) -> String {
+    if port.traddr.is_empty() {
+        format!("loopback:{}", port.portid)
+    } else {
+        format!("{}:{}", port.traddr, port.trsvcid)
+    }
+}
+
 /// A running NVMe/RDMA service: listeners and poll groups. Dropping it stops them.
 pub struct RdmaServer {
     stop: Arc<AtomicBool>,
@@ -90,7 +100,7 @@ impl RdmaServer {
             threads.push(thread);
         }
         for port in ports {
-            let l = device.listen(&format!("{}:{}", port.traddr, port.trsvcid))?;
+            let l = device.listen(&listen_addr(port))?;
             info!(
                 trtype = ?port.trtype, traddr = %port.traddr, trsvcid = %port.trsvcid,
                 device = %device.name(), "listening"
