@@ -1,1 +1,32 @@
 //! nvmf-initiator: an NVMe-over-Fabrics host.
+//!
+//! The library half of the crate (the CLI in `main.rs` is a thin user of it):
+//! - [`transport`]: host-side capsule transports ([`transport::Fabric`],
+//!   [`transport::HostQueue`]).
+//! - [`queue`]: command ids, tags, timeouts and completion matching on one queue.
+//! - [`command`]: SQE builders for the fabrics, admin and NVM commands the host sends.
+//! - [`controller`]: controller bring-up (Connect, CC.EN, Identify, I/O queues),
+//!   keep-alive and shutdown.
+//! - [`namespace`]: reads, writes and friends on one namespace over one queue.
+//! - [`discovery`]: the discovery log page.
+//! - [`hostnqn`]: the host's NQN and host identifier.
+//! - [`perf`]: the fio-like load generator.
+//! - [`loopback`]: the in-process target used by `-t loopback`.
+
+pub mod command;
+pub mod controller;
+pub mod discovery;
+pub mod error;
+pub mod hostnqn;
+pub mod loopback;
+pub mod namespace;
+pub mod perf;
+pub mod queue;
+pub mod transport;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use controller::{ConnectOptions, Controller, NamespaceInfo};
+pub use error::Error;
+pub use queue::{Completion, Queue};

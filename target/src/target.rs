@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use nvmf_common::config::{Config, PortConfig, TrType};
-use nvmf_common::types::{Nqn, Nsid};
+use nvmf_common::types::Nqn;
 
 use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
 use crate::params::{PortInfo, TargetParams};
@@ -53,7 +53,7 @@ fn default_serial(nqn: &str) -> String {
     format!("{:016x}", h)
 }
 
-/// A stable 16-byte identifier from (subsystem NQN, nsid, salt).
+/// A stable 16-byte identifier (NGUID) from (subsystem NQN, nsid, salt).
 fn stable_id(nqn: &str, nsid: u32, salt: u8) -> [u8; 16] {
     let mut out = [0u8; 16];
     let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ u64::from(salt);
@@ -63,11 +63,6 @@ fn stable_id(nqn: &str, nsid: u32, salt: u8) -> [u8; 16] {
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
         *slot = (h >> 24) as u8;
-    }
-    // RFC 4122 version 4 / variant bits so the UUID is well-formed.
-    if salt == 0 {
-        out[6] = (out[6] & 0x0F) | 0x40;
-        out[8] = (out[8] & 0x3F) | 0x80;
     }
     out
 }
@@ -100,20 +95,15 @@ impl Target {
     pub fn from_config(cfg: &Config) -> Result<Arc<Self>, StartError> {
         let target = Target::new(TargetParams::from_config(&cfg.transport));
         for s in &cfg.subsystems {
-            let nqn = Nqn::new(s.nqn.clone()).map_err(|e| StartError::Invalid(format!("{}: {e}", s.nqn)))?;
-            let mut hosts = Vec::new();
-            for h in &s.allowed_hosts {
-                hosts.push(Nqn::new(h.clone()).map_err(|e| StartError::Invalid(format!("{h}: {e}")))?);
-            }
             let sub = Subsystem::new(SubsystemParams {
-                serial: s.serial.clone().unwrap_or_else(|| default_serial(&s.nqn)),
-                model: s.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_string()),
-                nqn: nqn.clone(),
+                serial: s.serial(),
+                model: s.model().to_string(),
+                nqn: s.nqn.clone(),
                 kind: SubsystemKind::Nvm,
                 allow_any_host: s.allow_any_host,
-                allowed_hosts: hosts,
-                cntlid_min: s.cntlid_min,
-                cntlid_max: s.cntlid_max,
+                allowed_hosts: s.allowed_hosts.clone(),
+                cntlid_min: s.cntlid_min.0,
+                cntlid_max: s.cntlid_max.0,
                 controller_model: ControllerModel::Dynamic,
             });
             for n in s.namespaces.iter().filter(|n| n.enable) {
@@ -130,13 +120,15 @@ impl Target {
                     },
                 )
                 .map_err(|source| StartError::Backend {
-                    nqn: s.nqn.clone(),
-                    nsid: n.nsid,
+                    nqn: s.nqn.to_string(),
+                    nsid: n.nsid.0,
                     source,
                 })?;
-                let uuid = n.uuid_bytes().unwrap_or_else(|| stable_id(&s.nqn, n.nsid, 0));
-                let nguid = n.nguid_bytes().unwrap_or_else(|| stable_id(&s.nqn, n.nsid, 1));
-                sub.add_namespace(Namespace::new(Nsid(n.nsid), backend, uuid, nguid))
+                let uuid = *n.uuid(&s.nqn).as_bytes();
+                let nguid = n
+                    .nguid_bytes()
+                    .unwrap_or_else(|| stable_id(s.nqn.as_str(), n.nsid.0, 1));
+                sub.add_namespace(Namespace::new(n.nsid, backend, uuid, nguid))
                     .map_err(StartError::Invalid)?;
             }
             target.add_subsystem(sub);
@@ -209,6 +201,6 @@ pub fn port_info(p: &PortConfig) -> PortInfo {
         trsvcid: p.trsvcid.clone(),
         keyed_sgls: matches!(p.trtype, TrType::Rdma | TrType::Loopback),
         msdbd: 1,
-        subsystems: p.subsystems.clone(),
+        subsystems: p.subsystems.iter().map(|n| n.as_str().to_string()).collect(),
     }
 }

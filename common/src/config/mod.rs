@@ -281,14 +281,6 @@ fn default_cntlid_max() -> Cntlid {
     Cntlid::MAX
 }
 
-fn is_default_cntlid_min(c: &Cntlid) -> bool {
-    *c == Cntlid::MIN
-}
-
-fn is_default_cntlid_max(c: &Cntlid) -> bool {
-    *c == Cntlid::MAX
-}
-
 /// An NVM subsystem (configfs `subsystems/NQN`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -309,18 +301,10 @@ pub struct SubsystemConfig {
     #[serde(default, with = "serde_util::nqn_list")]
     pub allowed_hosts: Vec<Nqn>,
     /// Smallest controller id handed out (configfs `attr_cntlid_min`), default 1.
-    #[serde(
-        default = "default_cntlid_min",
-        skip_serializing_if = "is_default_cntlid_min",
-        with = "serde_util::cntlid"
-    )]
+    #[serde(default = "default_cntlid_min", with = "serde_util::cntlid")]
     pub cntlid_min: Cntlid,
     /// Largest controller id handed out (configfs `attr_cntlid_max`), default 0xFFEF.
-    #[serde(
-        default = "default_cntlid_max",
-        skip_serializing_if = "is_default_cntlid_max",
-        with = "serde_util::cntlid"
-    )]
+    #[serde(default = "default_cntlid_max", with = "serde_util::cntlid")]
     pub cntlid_max: Cntlid,
     #[serde(default)]
     pub namespaces: Vec<NamespaceConfig>,
@@ -370,14 +354,6 @@ fn yes() -> bool {
     true
 }
 
-fn is_true(b: &bool) -> bool {
-    *b
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
 /// A namespace (configfs `subsystems/NQN/namespaces/NSID`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -389,10 +365,10 @@ pub struct NamespaceConfig {
     /// with SIZE in bytes or with a K/M/G/T suffix.
     pub device_path: String,
     /// Whether the namespace is attached (configfs `enable`); default true.
-    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    #[serde(default = "yes")]
     pub enable: bool,
     /// Use the page cache instead of O_DIRECT (configfs `buffered_io`); default false.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default)]
     pub buffered_io: bool,
     /// Logical block size: a power of two from 512 to 65536; `None`: 512, or the
     /// device's for block devices.
@@ -689,8 +665,9 @@ impl Config {
         Ok(config)
     }
 
-    /// The effective configuration as YAML (defaults of optional tuning included), for
-    /// printing; [`Config::from_yaml_str`] reads it back to an equal `Config`.
+    /// The effective configuration as YAML, for printing: every setting with a plain
+    /// default is written out; optional identifiers left unset (serial, model, uuid,
+    /// nguid, block_size, adrfam) stay unset.  [`Config::from_yaml_str`] reads it back to an equal `Config`.
     pub fn to_yaml(&self) -> Result<String, ConfigError> {
         serde_yaml_ng::to_string(self).map_err(|e| {
             ConfigError::new(

@@ -195,12 +195,7 @@ pub fn identify_uuid_index<T: AsRef<[u8]>>(sqe: &Sqe<T>) -> u8 {
 }
 
 /// Builds an Identify command's cdw10/cdw11.
-pub fn set_identify<T: AsRef<[u8]> + AsMut<[u8]>>(
-    sqe: &mut Sqe<T>,
-    cns: u8,
-    cntid: u16,
-    csi: u8,
-) {
+pub fn set_identify<T: AsRef<[u8]> + AsMut<[u8]>>(sqe: &mut Sqe<T>, cns: u8, cntid: u16, csi: u8) {
     sqe.set_opcode(opcode::IDENTIFY);
     sqe.set_cdw10(u32::from(cns) | (u32::from(cntid) << 16));
     sqe.set_cdw11((sqe.cdw11() & 0x00FF_FFFF) | (u32::from(csi) << 24));
@@ -452,7 +447,10 @@ mod tests {
         let b = s.as_bytes();
         // Linux struct nvme_get_log_page_command: lid @40, lsp @41, numdl @42,
         // numdu @44, lsi @46, lpo @48.
-        assert_eq!(&b[40..48], &[0x02, 0x85, 0x44, 0x23, 0x01, 0x00, 0xCD, 0xAB]);
+        assert_eq!(
+            &b[40..48],
+            &[0x02, 0x85, 0x44, 0x23, 0x01, 0x00, 0xCD, 0xAB]
+        );
         assert_eq!(&b[48..56], &[0x00, 0x02, 0, 0, 1, 0, 0, 0]);
         assert_eq!(log_lid(&s), lid::SMART);
         assert_eq!(log_lsp(&s), 5);
@@ -504,11 +502,19 @@ mod tests {
     fn aer_and_abort() {
         // Linux nvmet: NVME_AER_NOTICE | NVME_AER_NOTICE_NS_CHANGED << 8 | NVME_LOG_CHANGED_NS << 16
         assert_eq!(
-            aer_result(aer_type::NOTICE, aer_notice::NS_ATTR_CHANGED, lid::CHANGED_NS),
+            aer_result(
+                aer_type::NOTICE,
+                aer_notice::NS_ATTR_CHANGED,
+                lid::CHANGED_NS
+            ),
             0x0004_0002
         );
         assert_eq!(
-            aer_result(aer_type::NOTICE, aer_notice::DISCOVERY_LOG_CHANGE, lid::DISCOVERY),
+            aer_result(
+                aer_type::NOTICE,
+                aer_notice::DISCOVERY_LOG_CHANGE,
+                lid::DISCOVERY
+            ),
             0x0070_F002
         );
         assert_eq!(aer_result_parts(0x0070_F002), (2, 0xF0, 0x70));

@@ -134,7 +134,9 @@ mod tests {
         c.set_cid(0xBEEF);
         c.set_phase(true);
         // Linux: NVME_SC_CONNECT_INVALID_PARAM | NVME_SC_DNR = 0x4182, shifted left by 1.
-        c.set_status(Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS));
+        c.set_status(Status::cmd_specific(
+            cmd_specific::CONNECT_INVALID_PARAMETERS,
+        ));
         assert_eq!(
             c.as_bytes(),
             &[1, 2, 3, 4, 5, 6, 7, 8, 0x34, 0x12, 7, 0, 0xEF, 0xBE, 0x05, 0x83]
@@ -142,7 +144,10 @@ mod tests {
         assert!(c.phase());
         let s = c.status();
         assert!(s.dnr);
-        assert!(s.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS));
+        assert!(s.is(
+            Sct::CommandSpecific,
+            cmd_specific::CONNECT_INVALID_PARAMETERS
+        ));
         assert_eq!(c.result_u64(), 0x0807_0605_0403_0201);
         assert_eq!(c.sqhd(), 0x1234);
         assert_eq!(c.sqid(), 7);

@@ -563,10 +563,16 @@ mod tests {
         c.set_kato(120_000);
         let b = c.as_bytes();
         assert_eq!(&b[0..5], &[0x7F, 0, 0x0B, 0x0A, 0x01]);
-        assert_eq!(&b[40..52], &[0, 0, 3, 0, 127, 0, 4, 0, 0xC0, 0xD4, 0x01, 0x00]);
+        assert_eq!(
+            &b[40..52],
+            &[0, 0, 3, 0, 127, 0, 4, 0, 0xC0, 0xD4, 0x01, 0x00]
+        );
         let p = ConnectCmd::new_checked(b).unwrap();
         assert_eq!(p.as_sqe().fctype(), fctype::CONNECT);
-        assert_eq!((p.qid(), p.sqsize(), p.kato(), p.cattr()), (3, 127, 120_000, 4));
+        assert_eq!(
+            (p.qid(), p.sqsize(), p.kato(), p.cattr()),
+            (3, 127, 120_000, 4)
+        );
         assert_eq!(connect_offset::KATO, 48);
         assert!(ConnectCmd::new_checked(&b[..63]).is_err());
     }
@@ -662,7 +668,10 @@ mod tests {
         // Linux NVME_CAP_MQES = cap & 0xffff, NVME_CAP_TIMEOUT = (cap >> 24) & 0xff,
         // NVME_CAP_CSS = (cap >> 37) & 0xff, NVME_CAP_MPSMAX = (cap >> 52) & 0xf.
         assert_eq!(cap.0, 1023 | 1 << 16 | 30 << 24 | 1 << 37 | 4 << 52);
-        assert_eq!((cap.mqes(), cap.cqr(), cap.to(), cap.css()), (1023, true, 30, 1));
+        assert_eq!(
+            (cap.mqes(), cap.cqr(), cap.to(), cap.css()),
+            (1023, true, 30, 1)
+        );
         assert_eq!(cap.with_dstrd(0xF).dstrd(), 0xF);
         assert!(cap.with_nssrs(true).nssrs());
         assert_eq!(cap.with_mpsmin(0x1F).mpsmin(), 0xF); // masked
@@ -673,7 +682,10 @@ mod tests {
         let cc = cc.with_shn(shn::NORMAL).with_en(false).with_ams(ams::WRRU);
         assert_eq!(cc.0, 0x0046_4800);
         assert_eq!(cc.shn(), shn::NORMAL);
-        let csts = Csts(0).with_rdy(true).with_shst(shst::COMPLETE).with_cfs(true);
+        let csts = Csts(0)
+            .with_rdy(true)
+            .with_shst(shst::COMPLETE)
+            .with_cfs(true);
         assert_eq!(csts.0, 0b1011);
         assert!(!csts.nssro() && !csts.pp());
         assert_eq!(csts.with_pp(true).0, 0b10_1011);

@@ -109,7 +109,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ErrorInfoEntry<T> {
     /// location when the status carries one (0xFFFF otherwise, "not applicable").
     pub fn set_status(&mut self, s: Status, phase: bool) {
         self.set_status_field((s.to_field() << 1) | u16::from(phase));
-        let loc = s.location.map_or(PARAM_ERROR_LOCATION_NONE, ErrorLocation::to_field);
+        let loc = s
+            .location
+            .map_or(PARAM_ERROR_LOCATION_NONE, ErrorLocation::to_field);
         self.set_param_error_location(loc);
     }
 }
@@ -732,7 +734,10 @@ mod tests {
         assert_eq!(&b[214..216], &[0x40, 0x01]);
         assert_eq!(&b[228..232], &[0xBB, 0xAA, 0, 0]);
         assert!(b[232..].iter().all(|&x| x == 0));
-        assert_eq!(s.data_units_read(), 0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10);
+        assert_eq!(
+            s.data_units_read(),
+            0x0102_0304_0506_0708_090A_0B0C_0D0E_0F10
+        );
         assert_eq!(s.temp_sensor(7), 320);
         assert_eq!(s.temp_sensor(8), 0);
         assert_eq!(s.temperature(), 300);
@@ -817,12 +822,12 @@ mod tests {
             e.set_rdma_cms(rdma_cms::RDMA_CM);
             e.set_rdma_pkey(0xFFFF);
         }
-        assert_eq!(&page[0..18], &[0x11, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        let e = &page[off..];
         assert_eq!(
-            &e[0..12],
-            &[1, 1, 2, 4, 1, 0, 0xFF, 0xFF, 32, 0, 2, 0]
+            &page[0..18],
+            &[0x11, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         );
+        let e = &page[off..];
+        assert_eq!(&e[0..12], &[1, 1, 2, 4, 1, 0, 0xFF, 0xFF, 32, 0, 2, 0]);
         assert_eq!(&e[32..37], b"4420\0");
         assert!(e[36..64].iter().all(|&x| x == 0));
         assert_eq!(&e[256..260], b"nqn.");

@@ -13,8 +13,10 @@ use core::ops::Range;
 pub mod admin;
 pub mod cqe;
 pub mod fabrics;
+pub mod identify;
 pub mod log;
 pub mod nvm;
+pub mod rdma;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
@@ -169,10 +171,7 @@ pub fn field_to_string(field: &[u8]) -> String {
 pub fn trim_field(field: &[u8]) -> &[u8] {
     let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
     let s = &field[..end];
-    let end = s
-        .iter()
-        .rposition(|&b| b != b' ')
-        .map_or(0, |p| p + 1);
+    let end = s.iter().rposition(|&b| b != b' ').map_or(0, |p| p + 1);
     &s[..end]
 }
 

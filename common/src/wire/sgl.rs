@@ -225,8 +225,8 @@ impl SglDescriptor {
             } = *self
             {
                 // Only a too-long keyed length can fail with a 16-byte buffer.
-                let _ = SglDescriptor::keyed(addr, len & KEYED_MAX_LEN, key, invalidate)
-                    .emit(&mut b);
+                let _ =
+                    SglDescriptor::keyed(addr, len & KEYED_MAX_LEN, key, invalidate).emit(&mut b);
             }
         }
         b
@@ -281,7 +281,9 @@ impl SglDescriptor {
     pub fn parse_list(bytes: &[u8]) -> Result<Vec<Self>, WireError> {
         let chunks = bytes.chunks_exact(SGL_DESC_LEN);
         if !chunks.remainder().is_empty() {
-            return Err(WireError::Invalid("SGL segment length not a multiple of 16"));
+            return Err(WireError::Invalid(
+                "SGL segment length not a multiple of 16",
+            ));
         }
         chunks.map(Self::parse).collect()
     }
@@ -394,8 +396,12 @@ mod tests {
         assert!(SglDescriptor::in_capsule(0, 1).emit(&mut [0u8; 8]).is_err());
         assert!(SglDescriptor::parse_list(&[0u8; 17]).is_err());
         let mut l = [0u8; 32];
-        SglDescriptor::keyed(1, 2, 3, false).emit(&mut l[..16]).unwrap();
-        SglDescriptor::keyed(4, 5, 6, true).emit(&mut l[16..]).unwrap();
+        SglDescriptor::keyed(1, 2, 3, false)
+            .emit(&mut l[..16])
+            .unwrap();
+        SglDescriptor::keyed(4, 5, 6, true)
+            .emit(&mut l[16..])
+            .unwrap();
         let v = SglDescriptor::parse_list(&l).unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[1], SglDescriptor::keyed(4, 5, 6, true));

@@ -110,6 +110,9 @@ struct Shared {
     dealloc_noop: AtomicBool,
     /// `RWF_DSYNC` is accepted.
     dsync_ok: AtomicBool,
+    /// The direct descriptor refused a transfer we believed aligned (EINVAL): the
+    /// reported alignment is wrong, so everything goes buffered from then on.
+    direct_disabled: AtomicBool,
     /// Source of zero-filling writes; never written after allocation.
     zero_buf: OnceLock<Option<DmaBuffer>>,
 }
@@ -119,12 +122,23 @@ impl Shared {
     /// `O_DIRECT` descriptor.
     fn direct_ok(&self, pos: u64, addr: *const u8, len: usize) -> bool {
         match &self.direct {
+            Some(_) if self.direct_disabled.load(Ordering::Relaxed) => false,
             Some((_, a)) => {
-                pos % u64::from(a.offset) == 0
-                    && len % a.offset as usize == 0
-                    && (addr as usize) % a.mem as usize == 0
+                pos.is_multiple_of(u64::from(a.offset))
+                    && len.is_multiple_of(a.offset as usize)
+                    && (addr as usize).is_multiple_of(a.mem as usize)
             }
             None => false,
+        }
+    }
+
+    fn disable_direct(&self) {
+        if !self.direct_disabled.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                path = %self.path.display(),
+                align = ?self.direct.as_ref().map(|(_, a)| *a),
+                "O_DIRECT refused an aligned transfer (EINVAL); using buffered I/O from now on"
+            );
         }
     }
 
@@ -220,7 +234,7 @@ impl FileBackend {
             check_block_size(&what, lbs)?;
             let bs = opts.block_size.unwrap_or(lbs);
             check_block_size(&what, bs)?;
-            if bs % lbs != 0 {
+            if !bs.is_multiple_of(lbs) {
                 return Err(OpenError::BlockSizeMismatch {
                     path: path.to_path_buf(),
                     block_size: bs,
@@ -332,6 +346,7 @@ impl FileBackend {
                 dealloc_mode: AtomicU8::new(ZERO_PUNCH),
                 dealloc_noop: AtomicBool::new(false),
                 dsync_ok: AtomicBool::new(true),
+                direct_disabled: AtomicBool::new(false),
                 zero_buf: OnceLock::new(),
             }),
         })
@@ -347,7 +362,7 @@ impl FileBackend {
 
     /// Whether aligned I/O uses `O_DIRECT`.
     pub fn is_direct(&self) -> bool {
-        self.shared.direct.is_some()
+        self.shared.direct.is_some() && !self.shared.direct_disabled.load(Ordering::Relaxed)
     }
 
     /// The alignment direct I/O needs, when `O_DIRECT` is in use.
@@ -484,8 +499,9 @@ impl FileChannel {
             fds.push(f.as_raw_fd());
         }
         ring.submitter().register_files(&fds).map_err(errno)?;
-        let eventfd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-            .map_err(|e| BackendError::Io(e as i32))?;
+        let eventfd =
+            EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                .map_err(|e| BackendError::Io(e as i32))?;
         ring.submitter()
             .register_eventfd(eventfd.as_raw_fd())
             .map_err(errno)?;
@@ -525,19 +541,20 @@ impl FileChannel {
     }
 
     /// The SQE for the next step of `p`, tagged with slab index `idx`.
-    fn build(shared: &Shared, stats: &mut FileChannelStats, p: &mut Pending, idx: usize) -> squeue::Entry {
+    /// For data transfers, also whether the SQE uses the direct descriptor.
+    fn build(shared: &Shared, p: &mut Pending, idx: usize) -> (squeue::Entry, Option<bool>) {
         let ud = idx as u64;
         let fixed = |direct: bool| types::Fixed(if direct { DIRECT_IDX } else { BUFFERED_IDX });
+        let fdatasync = || {
+            opcode::Fsync::new(fixed(false))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()
+                .user_data(ud)
+        };
         match &mut p.op {
-            Op::Nop(_) => opcode::Nop::new().build().user_data(ud),
-            Op::Flush => opcode::Fsync::new(fixed(false))
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-                .user_data(ud),
-            Op::Rw(rw) if rw.syncing => opcode::Fsync::new(fixed(false))
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-                .user_data(ud),
+            Op::Nop(_) => (opcode::Nop::new().build().user_data(ud), None),
+            Op::Flush => (fdatasync(), None),
+            Op::Rw(rw) if rw.syncing => (fdatasync(), None),
             Op::Rw(rw) => {
                 let pos = rw.offset + rw.done as u64;
                 let n = (rw.buf.len - rw.done).min(MAX_IO);
@@ -549,12 +566,7 @@ impl FileChannel {
                     .unwrap_or(std::ptr::null_mut());
                 let direct = rw.allow_direct && shared.direct_ok(pos, addr, n);
                 rw.used_direct = direct;
-                if direct {
-                    stats.direct += 1;
-                } else {
-                    stats.buffered += 1;
-                }
-                if rw.write {
+                let entry = if rw.write {
                     let dsync = rw.fua && shared.dsync_ok.load(Ordering::Relaxed);
                     rw.used_dsync = dsync;
                     if rw.fua && !dsync {
@@ -570,41 +582,37 @@ impl FileChannel {
                         .offset(pos)
                         .build()
                         .user_data(ud)
-                }
+                };
+                (entry, Some(direct))
             }
-            Op::Zero(z) => match z.stage {
-                ZERO_RANGE | ZERO_PUNCH => {
-                    let mode = if z.stage == ZERO_RANGE {
-                        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
-                    } else {
-                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
-                    };
-                    opcode::Fallocate::new(fixed(false), z.len)
-                        .offset(z.offset)
-                        .mode(mode)
-                        .build()
-                        .user_data(ud)
-                }
-                _ => {
-                    let pos = z.offset + z.done;
-                    let n = (z.len - z.done).min(ZERO_CHUNK as u64) as usize;
-                    let addr = shared
-                        .zero_buf()
-                        .and_then(|b| b.ptr_at(0, n))
-                        .unwrap_or(std::ptr::null_mut());
-                    let direct = z.allow_direct && shared.direct_ok(pos, addr, n);
-                    z.used_direct = direct;
-                    if direct {
-                        stats.direct += 1;
-                    } else {
-                        stats.buffered += 1;
-                    }
-                    opcode::Write::new(fixed(direct), addr, n as u32)
-                        .offset(pos)
-                        .build()
-                        .user_data(ud)
-                }
-            },
+            Op::Zero(z) if z.stage == ZERO_RANGE || z.stage == ZERO_PUNCH => {
+                let mode = if z.stage == ZERO_RANGE {
+                    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE
+                } else {
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+                };
+                let entry = opcode::Fallocate::new(fixed(false), z.len)
+                    .offset(z.offset)
+                    .mode(mode)
+                    .build()
+                    .user_data(ud);
+                (entry, None)
+            }
+            Op::Zero(z) => {
+                let pos = z.offset + z.done;
+                let n = (z.len - z.done).min(ZERO_CHUNK as u64) as usize;
+                let addr = shared
+                    .zero_buf()
+                    .and_then(|b| b.ptr_at(0, n))
+                    .unwrap_or(std::ptr::null_mut());
+                let direct = z.allow_direct && shared.direct_ok(pos, addr, n);
+                z.used_direct = direct;
+                let entry = opcode::Write::new(fixed(direct), addr, n as u32)
+                    .offset(pos)
+                    .build()
+                    .user_data(ud);
+                (entry, Some(direct))
+            }
         }
     }
 
@@ -618,7 +626,7 @@ impl FileChannel {
                 self.queued.pop_front();
                 continue;
             };
-            let entry = Self::build(&self.shared, &mut self.stats, p, idx);
+            let (entry, direct) = Self::build(&self.shared, p, idx);
             // SAFETY: every pointer in the entry stays valid until its CQE is reaped: data
             // buffers are `DmaSlice`s held by the slab entry, the zero buffer belongs to
             // `shared`, which this channel holds, and `Drop` waits for all in-kernel SQEs
@@ -629,6 +637,11 @@ impl FileChannel {
             }
             self.queued.pop_front();
             self.in_kernel += 1;
+            match direct {
+                Some(true) => self.stats.direct += 1,
+                Some(false) => self.stats.buffered += 1,
+                None => {}
+            }
         }
     }
 
@@ -680,6 +693,7 @@ impl FileChannel {
                     let e = -res;
                     if e == libc::EINVAL && rw.used_direct {
                         rw.allow_direct = false;
+                        shared.disable_direct();
                         return Next::Again;
                     }
                     if rw.used_dsync && (e == libc::EOPNOTSUPP || e == libc::EINVAL) {
@@ -764,6 +778,7 @@ impl FileChannel {
                     }
                     ZERO_WRITE if e == libc::EINVAL && z.used_direct => {
                         z.allow_direct = false;
+                        shared.disable_direct();
                         Next::Again
                     }
                     _ => Next::Done(Err(map_errno(true, e))),
@@ -784,7 +799,7 @@ impl FileChannel {
         for cqe in self.ring.completion() {
             self.cqes.push((cqe.user_data(), cqe.result()));
         }
-        self.in_kernel -= self.cqes.len();
+        self.in_kernel = self.in_kernel.saturating_sub(self.cqes.len());
         for i in 0..self.cqes.len() {
             let (ud, res) = self.cqes[i];
             if let Some(c) = self.on_cqe(ud as usize, res) {

@@ -65,12 +65,25 @@ pub struct BackendInfo {
 /// caller against [`BackendInfo::size_bytes`].
 #[derive(Debug, Clone)]
 pub enum IoOp {
-    Read { offset: u64, buf: DmaSlice },
+    Read {
+        offset: u64,
+        buf: DmaSlice,
+    },
     /// `fua`: the data must be durable when the write completes.
-    Write { offset: u64, buf: DmaSlice, fua: bool },
+    Write {
+        offset: u64,
+        buf: DmaSlice,
+        fua: bool,
+    },
     Flush,
-    WriteZeroes { offset: u64, len: u64 },
-    Deallocate { offset: u64, len: u64 },
+    WriteZeroes {
+        offset: u64,
+        len: u64,
+    },
+    Deallocate {
+        offset: u64,
+        len: u64,
+    },
 }
 
 /// A backend failure; [`BackendError::status`] maps it to what the host sees.

@@ -167,7 +167,13 @@ mod tests {
         assert_eq!(ch.poll(&mut out), 5);
         assert_eq!(
             out,
-            vec![(1, Ok(())), (2, Ok(())), (3, Ok(())), (4, Ok(())), (5, Ok(()))]
+            vec![
+                (1, Ok(())),
+                (2, Ok(())),
+                (3, Ok(())),
+                (4, Ok(())),
+                (5, Ok(()))
+            ]
         );
         assert_eq!(ch.in_flight(), 0);
         assert_eq!(ch.poll(&mut out), 0);

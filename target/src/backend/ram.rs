@@ -71,9 +71,8 @@ impl Region {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::Other, "mmap returned a null address")
-        })?;
+        let base = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null address"))?;
         Ok(Region {
             base,
             len,
@@ -409,7 +408,13 @@ mod tests {
             len: 8192,
         };
         assert_eq!(
-            ch.submit(2, IoOp::Read { offset: 0, buf: bad }),
+            ch.submit(
+                2,
+                IoOp::Read {
+                    offset: 0,
+                    buf: bad
+                }
+            ),
             Err(BackendError::Io(libc::EFAULT))
         );
         assert_eq!(ch.in_flight(), 0);

@@ -4,7 +4,7 @@
 //! YAML config:
 //!
 //! * `ram:SIZE`: a RAM disk of `SIZE` bytes (sparse: only touched pages cost memory);
-//! * `null:SIZE`: a null device of `SIZE` bytes (reads return garbage-free nothing,
+//! * `null:SIZE`: a null device of `SIZE` bytes (reads leave the buffer as it is,
 //!   writes are dropped), for benchmarking the transport;
 //! * `file:PATH` or any other string: a regular file or block device at `PATH`.
 //!
@@ -220,7 +220,7 @@ pub fn check_memory_size(
     if size < min {
         return Err(OpenError::SizeTooSmall { kind, size, min });
     }
-    if size % u64::from(block_size) != 0 {
+    if !size.is_multiple_of(u64::from(block_size)) {
         return Err(OpenError::NotBlockMultiple {
             kind,
             size,

@@ -51,12 +51,12 @@ fn to_host(len: u32) -> Plan {
 }
 
 /// Data plan of Get Log Page: NUMD dwords.
-pub(super) fn log_plan(cmd: &Sqe<&[u8]>) -> Plan {
+pub(super) fn log_plan(cmd: &Sqe<[u8; 64]>) -> Plan {
     to_host(admin::log_numd(cmd).saturating_mul(4))
 }
 
 /// Data plan of Get/Set Features Host Identifier.
-fn host_id_len(cmd: &Sqe<&[u8]>) -> u32 {
+fn host_id_len(cmd: &Sqe<[u8; 64]>) -> u32 {
     if cmd.cdw11() & admin::HOST_ID_EXHID != 0 {
         HOST_ID_LEN
     } else {

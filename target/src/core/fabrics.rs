@@ -4,14 +4,12 @@
 //! fabrics status and, for Invalid Parameters, the attribute and byte offset of the
 //! offending field in completion dword 0 (IATTR/IPO), as the Linux host prints them.
 
-use std::sync::Arc;
-
 use tracing::{info, warn};
 
 use nvmf_common::types::{Cntlid, Nqn, Qid};
 use nvmf_common::wire::fabrics::{
     connect_data_offset, connect_invalid_param_dw0, connect_offset, fctype, reg, Cap, ConnectCmd,
-    ConnectData, PropertyGet, PropertySet, CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
+    cap_css, ConnectData, PropertyGetCmd as PropertyGet, PropertySetCmd as PropertySet, CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
 };
 use nvmf_common::wire::sqe;
 use nvmf_common::wire::status::{cmd_specific, generic, Sct, Status};
@@ -205,7 +203,7 @@ pub(crate) fn cap_value(max_queue_size: u16) -> u64 {
         .with_mqes(max_queue_size.saturating_sub(1))
         .with_cqr(true)
         .with_to(CAP_TIMEOUT_UNITS as u8)
-        .with_css_nvm(true)
+        .with_css(cap_css::NVM)
         .0
 }
 
@@ -265,7 +263,3 @@ fn property_set(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
 /// Byte offsets of Property Get/Set fields for error locations.
 const PROP_ATTRIB_OFFSET: u16 = 40;
 const PROP_OFFSET_OFFSET: u16 = 44;
-
-/// Shared by admin.rs: the Arc type is used in signatures only.
-#[allow(dead_code)]
-type _Ctrl = Arc<Controller>;

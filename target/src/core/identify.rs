@@ -98,7 +98,7 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
         sgl |= sgls::KEYED;
     }
     if icd > 0 {
-        sgl |= sgls::OFFSET;
+        sgl |= sgls::SGL_OFFSET;
     }
     id.set_sgls(sgl);
     if !discovery {
@@ -106,7 +106,7 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
         id.set_mnan(ctrl.max_nsid());
         id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
         id.set_vwc(VWC_PRESENT_BROADCAST_FLUSH);
-        id.set_psd0_max_power(PSD0_MAX_POWER_CW);
+        id.psd_mut(0).set_max_power(PSD0_MAX_POWER_CW);
     }
     let _ = MIN_PAGE_SIZE;
 }

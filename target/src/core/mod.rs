@@ -125,8 +125,9 @@ impl Request {
         self.scratch = None;
     }
 
-    pub fn cmd(&self) -> Sqe<&[u8]> {
-        Sqe::new_unchecked(&self.sqe[..])
+    /// A copy of the command (64 bytes), so it can be read while `self` is mutated.
+    pub fn cmd(&self) -> Sqe<[u8; SQE_LEN]> {
+        Sqe::new_unchecked(self.sqe)
     }
 
     pub fn cid(&self) -> u16 {

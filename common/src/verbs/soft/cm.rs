@@ -55,6 +55,13 @@ pub(super) struct ListenerShared {
     cv: Condvar,
 }
 
+#[cfg(test)]
+impl ListenerShared {
+    pub(super) fn queue_len(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+}
+
 struct SoftListener {
     dev: Arc<DevShared>,
     shared: Arc<ListenerShared>,

@@ -82,8 +82,7 @@ impl Counters {
                 *acc = acc.wrapping_add(c.load(Relaxed));
             }
         }
-        let [post_send_calls, post_recv_calls, send_wrs, recv_wrs, completions, cq_overflows] =
-            sum;
+        let [post_send_calls, post_recv_calls, send_wrs, recv_wrs, completions, cq_overflows] = sum;
         SoftCounters {
             post_send_calls,
             post_recv_calls,

@@ -70,7 +70,9 @@ pub(super) struct SoftCq {
 impl SoftCq {
     pub(super) fn new(dev: &Arc<DevShared>, entries: u32) -> Result<Arc<SoftCq>, VerbsError> {
         if entries == 0 || entries > MAX_CQE {
-            return Err(VerbsError::InvalidArgument("CQ entries must be 1..=4194304"));
+            return Err(VerbsError::InvalidArgument(
+                "CQ entries must be 1..=4194304",
+            ));
         }
         let efd = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
             .map_err(|e| VerbsError::Provider(format!("eventfd: {e}")))?;

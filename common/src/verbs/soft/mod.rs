@@ -64,9 +64,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{
-    CompletionQueue, Device, Listener, ProtectionDomain, QpInit, QueuePair, VerbsError,
-};
+use super::{CompletionQueue, Device, Listener, ProtectionDomain, QpInit, QueuePair, VerbsError};
 
 pub use counters::SoftCounters;
 

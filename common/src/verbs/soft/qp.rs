@@ -14,7 +14,7 @@ use std::time::Instant;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::counters::bump;
-use super::cq::{Credits, Cqe, Release, SoftCq};
+use super::cq::{Cqe, Credits, Release, SoftCq};
 use super::mr::{Seg, SoftPd};
 use super::DevShared;
 use crate::verbs::{
@@ -131,10 +131,14 @@ pub(super) fn create(dev: &Arc<DevShared>, init: QpInit) -> Result<Arc<SoftQp>, 
     let recv_cq = dev.cqs.find(&init.recv_cq).ok_or(not_ours)?;
     let caps = init.caps;
     if caps.max_send_wr > MAX_WR || caps.max_recv_wr > MAX_WR {
-        return Err(VerbsError::InvalidArgument("max_send_wr/max_recv_wr above 65536"));
+        return Err(VerbsError::InvalidArgument(
+            "max_send_wr/max_recv_wr above 65536",
+        ));
     }
     if caps.max_send_sge > MAX_SGE || caps.max_recv_sge > MAX_SGE {
-        return Err(VerbsError::InvalidArgument("max_send_sge/max_recv_sge above 32"));
+        return Err(VerbsError::InvalidArgument(
+            "max_send_sge/max_recv_sge above 32",
+        ));
     }
     let num = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
     Ok(Arc::new(SoftQp {
@@ -268,8 +272,8 @@ impl SoftQp {
         if rq.len == 0 {
             return;
         }
-        let flushed =
-            std::iter::from_fn(|| rq.pop_front()).map(|id| self.recv_cqe(id, WcStatus::WrFlushError, 0, None));
+        let flushed = std::iter::from_fn(|| rq.pop_front())
+            .map(|id| self.recv_cqe(id, WcStatus::WrFlushError, 0, None));
         self.recv_cq.push_iter(flushed);
     }
 
@@ -329,7 +333,13 @@ impl SoftQp {
                 if total > 0 {
                     let dst = peer
                         .pd
-                        .lookup(rkey, true, remote_addr, u64::from(total), Access::REMOTE_WRITE)
+                        .lookup(
+                            rkey,
+                            true,
+                            remote_addr,
+                            u64::from(total),
+                            Access::REMOTE_WRITE,
+                        )
                         .ok_or(WcStatus::RemoteAccessError)?;
                     if !copy_segs(&sq.local, std::slice::from_ref(&dst)) {
                         return Err(WcStatus::RemoteAccessError);
@@ -341,7 +351,13 @@ impl SoftQp {
                 if total > 0 {
                     let src = peer
                         .pd
-                        .lookup(rkey, true, remote_addr, u64::from(total), Access::REMOTE_READ)
+                        .lookup(
+                            rkey,
+                            true,
+                            remote_addr,
+                            u64::from(total),
+                            Access::REMOTE_READ,
+                        )
                         .ok_or(WcStatus::RemoteAccessError)?;
                     if !copy_segs(std::slice::from_ref(&src), &sq.local) {
                         return Err(WcStatus::LocalProtectionError);
