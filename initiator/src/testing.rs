@@ -163,7 +163,8 @@ impl HostQueue for FakeQueue {
         Ok(())
     }
     fn flush(&mut self) -> Result<(), TransportError> {
-        let mut st = self.st.lock();
+        let mut guard = self.st.lock();
+        let st = &mut *guard;
         if st.dead || st.closed {
             return Err(dead());
         }
@@ -257,5 +258,507 @@ pub fn iobuf(len: usize) -> IoBuf {
             len,
         },
         None => panic!("allocation of {len} bytes failed"),
+    }
+}
+
+/// An in-memory NVMe-oF target good enough for controller bring-up, discovery and
+/// small I/O: fabrics, admin and NVM commands are answered synchronously on flush.
+pub mod fake_target {
+    use super::*;
+    use nvmf_common::types::DISCOVERY_NQN;
+    use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_encode};
+    use nvmf_common::wire::fabrics::{
+        cap_css, connect_invalid_param_dw0, connect_data_offset, fctype, reg, shst, Cap,
+        Cc, ConnectCmd, ConnectData, Csts, PropertyGetCmd, PropertySetCmd, FABRICS_OPCODE,
+        NVME_VS_1_3,
+    };
+    use nvmf_common::wire::identify::{
+        cntrltype, write_active_ns_list, write_ns_id_descriptors, IdentifyController,
+        IdentifyNamespace, LbaFormat, NsIdDescriptor, IDENTIFY_LEN,
+    };
+    use nvmf_common::wire::log::{
+        adrfam, disc_log_entry_offset, disc_log_len, lid, subtype, trtype, DiscoveryLogEntry,
+        DiscoveryLogHeader,
+    };
+    use nvmf_common::wire::nvm::{self, opcode as nvm_op};
+    use nvmf_common::wire::status::{cmd_specific, generic};
+
+    /// One namespace of the fake: NSID, size in blocks, log2 block size.
+    #[derive(Debug, Clone, Copy)]
+    pub struct FakeNs {
+        pub nsid: u32,
+        pub nsze: u64,
+        pub ds: u8,
+    }
+
+    #[derive(Debug, Clone)]
+    pub struct FakeTargetConfig {
+        pub subnqn: String,
+        pub cntlid: u16,
+        /// I/O queues the target grants at most.
+        pub max_queues: u16,
+        /// CAP.MQES (0-based).
+        pub mqes: u16,
+        pub mdts: u8,
+        pub cap_to: u8,
+        pub cfs: bool,
+        pub never_ready: bool,
+        pub in_capsule_data: u32,
+        pub namespaces: Vec<FakeNs>,
+        /// Discovery log entries: (subnqn, traddr, trsvcid).
+        pub discovery: Vec<(String, String, String)>,
+        /// Full discovery log reads after which the generation counter changes.
+        pub genctr_bumps: u32,
+        /// Fail every I/O command with this status.
+        pub io_error: Option<Status>,
+    }
+
+    impl Default for FakeTargetConfig {
+        fn default() -> Self {
+            FakeTargetConfig {
+                subnqn: "nqn.2024-01.io.example:fake".into(),
+                cntlid: 5,
+                max_queues: 8,
+                mqes: 63,
+                mdts: 5,
+                cap_to: 10,
+                cfs: false,
+                never_ready: false,
+                in_capsule_data: 8192,
+                namespaces: vec![
+                    FakeNs { nsid: 1, nsze: 2048, ds: 9 },
+                    FakeNs { nsid: 2, nsze: 0, ds: 9 },
+                    FakeNs { nsid: 3, nsze: 100, ds: 12 },
+                ],
+                discovery: Vec::new(),
+                genctr_bumps: 0,
+                io_error: None,
+            }
+        }
+    }
+
+    struct TState {
+        log: Vec<String>,
+        cc: Cc,
+        csts: Csts,
+        genctr: u64,
+        bumps_left: u32,
+        /// Namespace contents, indexed like `cfg.namespaces`.
+        data: Vec<Vec<u8>>,
+        ios: u64,
+    }
+
+    /// The fake target; clone the fabric to connect.
+    pub struct FakeTarget {
+        cfg: Arc<FakeTargetConfig>,
+        st: Arc<Mutex<TState>>,
+        fabric: Arc<FakeFabric>,
+    }
+
+    impl FakeTarget {
+        pub fn new(cfg: FakeTargetConfig) -> FakeTarget {
+            let data = cfg
+                .namespaces
+                .iter()
+                .map(|n| vec![0u8; (n.nsze << n.ds) as usize])
+                .collect();
+            let st = Arc::new(Mutex::new(TState {
+                log: Vec::new(),
+                cc: Cc(0),
+                csts: Csts(0),
+                genctr: 1,
+                bumps_left: cfg.genctr_bumps,
+                data,
+                ios: 0,
+            }));
+            let cfg = Arc::new(cfg);
+            let (c2, s2) = (cfg.clone(), st.clone());
+            let factory: ResponderFactory = Arc::new(move |p: &QueueParams| {
+                let (cfg, st, qid) = (c2.clone(), s2.clone(), p.qid);
+                Box::new(move |sqe: &[u8; SQE_LEN], data: Option<&IoBuf>, _dir: DataDir| {
+                    Some(answer(&cfg, &mut st.lock(), qid, sqe, data))
+                }) as Responder
+            });
+            FakeTarget {
+                cfg,
+                st,
+                fabric: Arc::new(FakeFabric::new(factory)),
+            }
+        }
+
+        pub fn fabric(&self) -> Arc<dyn Fabric> {
+            self.fabric.clone()
+        }
+        pub fn subnqn(&self) -> String {
+            self.cfg.subnqn.clone()
+        }
+        pub fn log(&self) -> Vec<String> {
+            self.st.lock().log.clone()
+        }
+        pub fn connects(&self) -> Vec<QueueParams> {
+            self.fabric.connects.lock().clone()
+        }
+        pub fn ios(&self) -> u64 {
+            self.st.lock().ios
+        }
+        /// Bytes of namespace `nsid` at byte offset `at`.
+        pub fn ns_bytes(&self, nsid: u32, at: usize, len: usize) -> Vec<u8> {
+            let st = self.st.lock();
+            let i = self.cfg.namespaces.iter().position(|n| n.nsid == nsid);
+            i.and_then(|i| st.data.get(i))
+                .and_then(|d| d.get(at..at + len))
+                .map(|s| s.to_vec())
+                .unwrap_or_default()
+        }
+    }
+
+    fn ok(dw0: u32) -> Reply {
+        Reply::ok(dw0)
+    }
+    fn fail(s: Status) -> Reply {
+        Reply {
+            status: s,
+            dw0: 0,
+            dw1: 0,
+        }
+    }
+
+    fn put(data: Option<&IoBuf>, bytes: &[u8]) -> Reply {
+        match data {
+            Some(b) => {
+                let n = b.len.min(bytes.len());
+                if b.write_at(0, &bytes[..n]) {
+                    ok(0)
+                } else {
+                    fail(Status::generic(generic::DATA_TRANSFER_ERROR))
+                }
+            }
+            None => fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID)),
+        }
+    }
+
+    fn answer(
+        cfg: &FakeTargetConfig,
+        st: &mut TState,
+        qid: Qid,
+        sqe: &[u8; SQE_LEN],
+        data: Option<&IoBuf>,
+    ) -> Reply {
+        let s = Sqe::new_unchecked(&sqe[..]);
+        if s.opcode() == FABRICS_OPCODE {
+            return fabrics(cfg, st, qid, sqe, data);
+        }
+        if qid.is_admin() {
+            admin_cmd(cfg, st, sqe, data)
+        } else {
+            io_cmd(cfg, st, sqe, data)
+        }
+    }
+
+    fn fabrics(
+        cfg: &FakeTargetConfig,
+        st: &mut TState,
+        qid: Qid,
+        sqe: &[u8; SQE_LEN],
+        data: Option<&IoBuf>,
+    ) -> Reply {
+        let s = Sqe::new_unchecked(&sqe[..]);
+        match s.fctype() {
+            fctype::CONNECT => {
+                let c = ConnectCmd::new_unchecked(&sqe[..]);
+                let mut raw = vec![0u8; 1024];
+                if !data.is_some_and(|b| b.read_at(0, &mut raw)) {
+                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                }
+                let d = ConnectData::new_unchecked(&raw[..]);
+                st.log
+                    .push(format!("connect qid {} cntlid {}", c.qid(), d.cntlid()));
+                if c.kato() > 0 {
+                    st.log.push(format!("kato {}", c.kato()));
+                }
+                let sub = d.subsysnqn().unwrap_or("");
+                if sub != cfg.subnqn && sub != DISCOVERY_NQN {
+                    return Reply {
+                        status: Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS),
+                        dw0: connect_invalid_param_dw0(true, connect_data_offset::SUBSYSNQN),
+                        dw1: 0,
+                    };
+                }
+                if c.qid() != qid.0 {
+                    return fail(Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS));
+                }
+                ok(u32::from(cfg.cntlid))
+            }
+            fctype::PROPERTY_GET => {
+                let p = PropertyGetCmd::new_unchecked(&sqe[..]);
+                st.log.push(format!("prop_get {:#x}", p.offset()));
+                let v: u64 = match p.offset() {
+                    reg::CAP => {
+                        Cap::default()
+                            .with_mqes(cfg.mqes)
+                            .with_to(cfg.cap_to)
+                            .with_css(cap_css::NVM)
+                            .0
+                    }
+                    reg::VS => u64::from(NVME_VS_1_3),
+                    reg::CC => u64::from(st.cc.0),
+                    reg::CSTS => u64::from(st.csts.0),
+                    _ => return fail(Status::generic(generic::INVALID_FIELD)),
+                };
+                Reply {
+                    status: Status::SUCCESS,
+                    dw0: v as u32,
+                    dw1: (v >> 32) as u32,
+                }
+            }
+            fctype::PROPERTY_SET => {
+                let p = PropertySetCmd::new_unchecked(&sqe[..]);
+                st.log
+                    .push(format!("prop_set {:#x} {:#x}", p.offset(), p.value()));
+                if p.offset() == reg::CC {
+                    let cc = Cc(p.value() as u32);
+                    st.cc = cc;
+                    let mut csts = st.csts.with_rdy(cc.en() && !cfg.never_ready);
+                    csts = csts.with_cfs(cfg.cfs);
+                    if cc.shn() != 0 {
+                        csts = csts.with_shst(shst::COMPLETE);
+                    }
+                    st.csts = csts;
+                }
+                ok(0)
+            }
+            fctype::DISCONNECT => {
+                st.log.push(format!("disconnect qid {qid}"));
+                ok(0)
+            }
+            _ => fail(Status::generic(generic::INVALID_OPCODE)),
+        }
+    }
+
+    fn discovery_page(cfg: &FakeTargetConfig, genctr: u64) -> Vec<u8> {
+        let n = cfg.discovery.len();
+        let mut page = vec![0u8; disc_log_len(n)];
+        {
+            let mut h = DiscoveryLogHeader::new_unchecked(&mut page[..]);
+            h.set_genctr(genctr);
+            h.set_numrec(n as u64);
+        }
+        for (i, (sub, addr, svc)) in cfg.discovery.iter().enumerate() {
+            let o = disc_log_entry_offset(i);
+            let mut e = DiscoveryLogEntry::new_unchecked(&mut page[o..]);
+            e.set_trtype(trtype::RDMA);
+            e.set_adrfam(adrfam::IPV4);
+            e.set_subtype(if sub == DISCOVERY_NQN {
+                subtype::CURRENT_DISCOVERY
+            } else {
+                subtype::NVME
+            });
+            e.set_portid(1);
+            e.set_cntlid(0xFFFF);
+            e.set_asqsz(32);
+            e.set_trsvcid(svc);
+            e.set_subnqn(sub);
+            e.set_traddr(addr);
+            e.set_rdma_qptype(1);
+            e.set_rdma_prtype(1);
+            e.set_rdma_cms(1);
+        }
+        page
+    }
+
+    fn admin_cmd(
+        cfg: &FakeTargetConfig,
+        st: &mut TState,
+        sqe: &[u8; SQE_LEN],
+        data: Option<&IoBuf>,
+    ) -> Reply {
+        let s = Sqe::new_unchecked(&sqe[..]);
+        match s.opcode() {
+            admin::opcode::IDENTIFY => {
+                let c = admin::identify_cns(&s);
+                st.log.push(format!("identify cns {c}"));
+                let mut page = vec![0u8; IDENTIFY_LEN];
+                match c {
+                    cns::CONTROLLER => {
+                        let mut id = IdentifyController::new_unchecked(&mut page[..]);
+                        id.set_sn("fake serial");
+                        id.set_mn("fake model");
+                        id.set_fr("1.0");
+                        id.set_mdts(cfg.mdts);
+                        id.set_cntlid(cfg.cntlid);
+                        id.set_ver(NVME_VS_1_3);
+                        id.set_cntrltype(if cfg.subnqn == DISCOVERY_NQN {
+                            cntrltype::DISCOVERY
+                        } else {
+                            cntrltype::IO
+                        });
+                        id.set_maxcmd(128);
+                        id.set_nn(cfg.namespaces.len() as u32);
+                        id.set_sgls(5);
+                        id.set_subnqn(&cfg.subnqn);
+                        id.set_ioccsz((cfg.in_capsule_data + 64) / 16);
+                        id.set_iorcsz(1);
+                    }
+                    cns::ACTIVE_NS_LIST => {
+                        let after = s.nsid();
+                        write_active_ns_list(
+                            &mut page,
+                            cfg.namespaces.iter().map(|n| n.nsid).filter(|&n| n > after),
+                        );
+                    }
+                    cns::NAMESPACE => {
+                        let Some(ns) = cfg.namespaces.iter().find(|n| n.nsid == s.nsid()) else {
+                            return fail(Status::generic(generic::INVALID_NAMESPACE));
+                        };
+                        let mut id = IdentifyNamespace::new_unchecked(&mut page[..]);
+                        id.set_nsze(ns.nsze);
+                        id.set_ncap(ns.nsze);
+                        id.set_nuse(ns.nsze);
+                        id.set_nguid([ns.nsid as u8; 16]);
+                        id.set_lbaf(0, LbaFormat::new(ns.ds));
+                    }
+                    cns::NS_ID_DESCRIPTOR_LIST => {
+                        if s.nsid() != 1 {
+                            return fail(Status::generic(generic::INVALID_FIELD));
+                        }
+                        write_ns_id_descriptors(&mut page, &[NsIdDescriptor::Uuid([0x11; 16])]);
+                    }
+                    _ => return fail(Status::generic(generic::INVALID_FIELD)),
+                }
+                put(data, &page)
+            }
+            admin::opcode::SET_FEATURES => {
+                let f = admin::feature_fid(&s);
+                st.log.push(format!("set_features {f} {:#x}", s.cdw11()));
+                if f == fid::NUMBER_OF_QUEUES {
+                    let (nsqr, ncqr) = num_queues_decode(s.cdw11());
+                    let max = cfg.max_queues.saturating_sub(1);
+                    let _ = (nsqr, ncqr);
+                    return ok(num_queues_encode(max, max));
+                }
+                ok(0)
+            }
+            admin::opcode::GET_FEATURES => ok(0),
+            admin::opcode::GET_LOG_PAGE => {
+                let l = admin::log_lid(&s);
+                let off = admin::log_offset(&s) as usize;
+                let len = admin::log_len_bytes(&s) as usize;
+                st.log.push(format!("get_log {l:#x} off {off} len {len}"));
+                if data.is_none_or(|b| b.len != len) {
+                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                }
+                let bytes: Vec<u8> = match l {
+                    lid::DISCOVERY => {
+                        let page = discovery_page(cfg, st.genctr);
+                        let full = page.len();
+                        let mut v = page.get(off..).unwrap_or(&[]).to_vec();
+                        v.resize(len, 0);
+                        // The log "changes" right after a whole-page read.
+                        if off == 0 && len >= full && len > 1024 && st.bumps_left > 0 {
+                            st.bumps_left -= 1;
+                            st.genctr += 1;
+                        }
+                        v
+                    }
+                    0xC0 => (0..len).map(|i| (((off + i) / 4) % 251) as u8).collect(),
+                    _ => return fail(Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE)),
+                };
+                put(data, &bytes)
+            }
+            admin::opcode::KEEP_ALIVE => {
+                st.log.push("keep_alive".into());
+                ok(0)
+            }
+            _ => fail(Status::generic(generic::INVALID_OPCODE)),
+        }
+    }
+
+    fn io_cmd(
+        cfg: &FakeTargetConfig,
+        st: &mut TState,
+        sqe: &[u8; SQE_LEN],
+        data: Option<&IoBuf>,
+    ) -> Reply {
+        st.ios += 1;
+        if let Some(e) = cfg.io_error {
+            return fail(e);
+        }
+        let s = Sqe::new_unchecked(&sqe[..]);
+        let Some(i) = cfg.namespaces.iter().position(|n| n.nsid == s.nsid()) else {
+            if s.opcode() == nvm_op::FLUSH && s.nsid() == u32::MAX {
+                return ok(0);
+            }
+            return fail(Status::generic(generic::INVALID_NAMESPACE));
+        };
+        let ns = cfg.namespaces[i];
+        let bs = 1usize << ns.ds;
+        let Some(store) = st.data.get_mut(i) else {
+            return fail(Status::generic(generic::INTERNAL_ERROR));
+        };
+        let slba = nvm::rw_slba(&s);
+        let nlb = u64::from(nvm::rw_nlb(&s));
+        let in_range = slba.checked_add(nlb).is_some_and(|e| e <= ns.nsze);
+        let at = (slba as usize).saturating_mul(bs);
+        let len = nlb as usize * bs;
+        match s.opcode() {
+            nvm_op::FLUSH => ok(0),
+            nvm_op::READ | nvm_op::WRITE | nvm_op::COMPARE | nvm_op::WRITE_ZEROES => {
+                if !in_range {
+                    return fail(Status::generic(generic::LBA_OUT_OF_RANGE));
+                }
+                let region = &mut store[at..at + len];
+                match s.opcode() {
+                    nvm_op::WRITE_ZEROES => {
+                        region.fill(0);
+                        return ok(0);
+                    }
+                    _ if data.is_none_or(|b| b.len != len) => {
+                        return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                    }
+                    _ => {}
+                }
+                let Some(b) = data else {
+                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                };
+                match s.opcode() {
+                    nvm_op::READ => put(Some(b), region),
+                    nvm_op::WRITE => {
+                        if b.read_at(0, region) {
+                            ok(0)
+                        } else {
+                            fail(Status::generic(generic::DATA_TRANSFER_ERROR))
+                        }
+                    }
+                    _ => {
+                        let mut tmp = vec![0u8; len];
+                        if b.read_at(0, &mut tmp) && tmp == *region {
+                            ok(0)
+                        } else {
+                            fail(Status::media(
+                                nvmf_common::wire::status::media::COMPARE_FAILURE,
+                            ))
+                        }
+                    }
+                }
+            }
+            nvm_op::DATASET_MANAGEMENT => {
+                let nr = nvm::dsm_nr(&s) as usize;
+                let mut raw = vec![0u8; nr * nvm::DSM_RANGE_LEN];
+                if !data.is_some_and(|b| b.read_at(0, &mut raw)) {
+                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                }
+                for r in nvm::dsm_ranges(&raw, nr) {
+                    let end = r.slba().checked_add(u64::from(r.nlb()));
+                    if end.is_none_or(|e| e > ns.nsze) {
+                        return fail(Status::generic(generic::LBA_OUT_OF_RANGE));
+                    }
+                    let a = r.slba() as usize * bs;
+                    store[a..a + r.nlb() as usize * bs].fill(0);
+                }
+                st.log.push(format!("dsm {nr}"));
+                ok(0)
+            }
+            _ => fail(Status::generic(generic::INVALID_OPCODE)),
+        }
     }
 }

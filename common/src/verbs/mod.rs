@@ -235,12 +235,14 @@ pub struct QpInit {
 pub trait ConnectRequest: Send {
     /// The private data the active side sent (NVMe/RDMA CM request).
     fn private_data(&self) -> &[u8];
-    /// Creates the QP and accepts, sending `private_data` (NVMe/RDMA CM accept).
-    /// The caller posts receives on the returned QP before the peer can send.
+    /// Creates the QP, runs `pre_post` on it (the caller posts its receives, so they
+    /// are in place before the peer can send), then accepts, sending `private_data`
+    /// (NVMe/RDMA CM accept).
     fn accept(
         self: Box<Self>,
         init: QpInit,
         private_data: &[u8],
+        pre_post: &mut dyn FnMut(&dyn QueuePair) -> Result<(), VerbsError>,
     ) -> Result<Arc<dyn QueuePair>, VerbsError>;
     /// Refuses the connection, sending `private_data` (NVMe/RDMA CM reject).
     fn reject(self: Box<Self>, private_data: &[u8]);

@@ -137,6 +137,9 @@ pub struct RdmaHostQueue {
     reposts: Vec<u16>,
     wcs: Vec<WorkCompletion>,
     sends: u32,
+    /// Sends between signaled ones: unsignaled sends hold send-queue entries until a
+    /// later signaled one completes, so this stays below the spare send-queue room.
+    signal_every: u32,
     dead: Option<String>,
     sges: Vec<Sge>,
 }
@@ -222,6 +225,7 @@ impl RdmaHostQueue {
             reposts: Vec::with_capacity(usize::from(depth)),
             wcs: vec![WorkCompletion::EMPTY; POLL_BATCH],
             sends: 0,
+            signal_every: SIGNAL_INTERVAL.min(u32::from(depth)).max(1),
             dead: None,
             sges: Vec::with_capacity(usize::from(depth) * 2),
         })
@@ -352,7 +356,7 @@ impl HostQueue for RdmaHostQueue {
                 wr_id: WR_SEND | u64::from(p.slot),
                 op: SendOp::Send,
                 sg_list: sg,
-                signaled: self.sends % SIGNAL_INTERVAL == 0,
+                signaled: self.sends % self.signal_every == 0,
             });
         }
         let r = self.qp.post_send(&wrs);

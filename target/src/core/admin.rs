@@ -182,7 +182,7 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
 pub(super) fn serve_log(req: &mut Request, log: &[u8]) -> Result<(), Status> {
     let cmd = req.cmd();
     let offset = admin::log_offset(&cmd);
-    if offset % 4 != 0 || offset > log.len() as u64 {
+    if !offset.is_multiple_of(4) || offset > log.len() as u64 {
         return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW12, 0));
     }
     let start = offset as usize;

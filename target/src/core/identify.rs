@@ -9,7 +9,6 @@ use nvmf_common::wire::identify::{
 };
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
-use crate::params::MIN_PAGE_SIZE;
 use crate::subsystem::Namespace;
 use crate::target::Target;
 
@@ -36,6 +35,9 @@ const NMIC_SHARED: u8 = 1;
 const NSFEAT_THIN: u8 = 1;
 /// DLFEAT: deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may deallocate.
 const DLFEAT_READ_ZEROES: u8 = 0x1 | 0x8;
+/// SQE size and the 16-byte unit of IOCCSZ/IORCSZ.
+const SQE_BYTES: u32 = 64;
+const CAPSULE_UNIT: u32 = 16;
 /// Power state 0: 25 W maximum (in centiwatts), as nvmet reports.
 const PSD0_MAX_POWER_CW: u16 = 0x9c4;
 
@@ -83,13 +85,9 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     id.set_subnqn(ctrl.subsys.nqn.as_str());
     // Fabrics: command capsule = SQE + in-capsule data, in 16-byte units; response
     // capsule = one CQE; in-capsule data starts right after the SQE; dynamic model.
-    let icd = if port.keyed_sgls || port.trtype != nvmf_common::config::TrType::Loopback {
-        p.in_capsule_data_size
-    } else {
-        0
-    };
-    id.set_ioccsz(((64 + icd) / 16) as u32);
-    id.set_iorcsz(1);
+    let icd = p.in_capsule_data_size;
+    id.set_ioccsz((SQE_BYTES + icd) / CAPSULE_UNIT);
+    id.set_iorcsz(1); // one 16-byte CQE
     id.set_icdoff(0);
     id.set_fcatt(0);
     id.set_msdbd(port.msdbd);
@@ -108,7 +106,6 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
         id.set_vwc(VWC_PRESENT_BROADCAST_FLUSH);
         id.psd_mut(0).set_max_power(PSD0_MAX_POWER_CW);
     }
-    let _ = MIN_PAGE_SIZE;
 }
 
 /// Fills a 4096-byte Identify Namespace structure.

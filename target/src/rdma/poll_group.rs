@@ -644,29 +644,25 @@ impl Group {
     /// Completes held AERs of admin queues whose controller has events.
     fn serve_events(&mut self) {
         for qi in 0..self.queues.len() {
-            let Some(Some(q)) = self.queues.get_mut(qi) else {
-                continue;
-            };
-            if q.held_aers_empty() {
-                continue;
-            }
-            let Some(ctrl) = q.ctx.ctrl.clone() else {
-                continue;
-            };
-            while ctrl.has_events() && !q.ctx.held_aers.is_empty() {
-                let Some(ev) = ctrl.pop_event() else { break };
+            while let Some(Some(q)) = self.queues.get_mut(qi) {
+                if q.dead || q.ctx.held_aers.is_empty() {
+                    break;
+                }
+                let Some(ctrl) = q.ctx.ctrl.as_ref() else {
+                    break;
+                };
+                if !ctrl.has_events() {
+                    break;
+                }
+                let Some(ev) = ctrl.pop_event() else {
+                    break;
+                };
                 let tag = q.ctx.held_aers.remove(0);
                 let (_, _, _, si) = wr_id_parts(tag);
                 if let Some(slot) = q.slots.get_mut(usize::from(si)) {
                     slot.req.dw0 = ev;
-                    slot.state = SlotState::Executing;
                 }
                 self.respond(qi as u16, si);
-                let Some(Some(q2)) = self.queues.get_mut(qi) else {
-                    break;
-                };
-                let _ = q2;
-                break;
             }
         }
     }
@@ -783,12 +779,6 @@ impl Group {
             }
             std::thread::sleep(Duration::from_micros(100));
         }
-    }
-}
-
-impl Queue {
-    fn held_aers_empty(&self) -> bool {
-        self.ctx.held_aers.is_empty()
     }
 }
 

@@ -159,6 +159,7 @@ impl ConnectRequest for SoftConnectRequest {
         self: Box<Self>,
         init: QpInit,
         private_data: &[u8],
+        pre_post: &mut dyn FnMut(&dyn QueuePair) -> Result<(), VerbsError>,
     ) -> Result<Arc<dyn QueuePair>, VerbsError> {
         let mut st = self.pending.state.lock();
         let active = match &*st {
@@ -168,6 +169,7 @@ impl ConnectRequest for SoftConnectRequest {
         };
         // On failure the request is dropped unanswered, which refuses it.
         let passive = qp::create(&self.dev, init)?;
+        pre_post(passive.as_ref())?;
         qp::link(&active, &passive)?;
         *st = PState::Accepted(private_data.to_vec());
         self.pending.cv.notify_all();

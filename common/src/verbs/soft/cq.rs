@@ -3,6 +3,10 @@
 //! The queue is a `VecDeque` behind a short mutex. The eventfd is written only when the
 //! CQ is armed ([`CompletionQueue::req_notify`]), and arming is one-shot, so a data
 //! path whose consumers spin on `poll` makes no system call at all.
+//!
+//! Polling a completion gives its work-queue slots back to the QP (see [`Credits`]).
+//! A completion names its QP's *attachment* to this CQ, a slot of a table kept under
+//! the queue lock, so neither pushing nor polling touches a reference count.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -23,42 +27,72 @@ const MAX_CQE: u32 = 1 << 22;
 /// Entries preallocated at creation (the queue grows beyond that if needed).
 const PREALLOC_CQE: usize = 1 << 16;
 
-/// Work-queue slots of a QP still held by work requests whose completions have not
-/// been polled yet (as on hardware, a slot is reusable once the CQE of its work request
-/// or of a later one on the same queue has been polled).
+/// Work-queue slots a QP got back. As on hardware, a slot is reusable once the
+/// completion of its work request, or of a later one on the same queue, was polled.
+/// The QP counts what it posted (under its own lock); these count what was released,
+/// each written only by pollers of the one CQ that queue completes on (under that CQ's
+/// lock), so both sides use plain loads and stores.
 #[derive(Default)]
 pub(super) struct Credits {
-    pub(super) sq: AtomicU32,
-    pub(super) rq: AtomicU32,
+    pub(super) sq_released: AtomicU32,
+    pub(super) rq_released: AtomicU32,
 }
 
-/// Slots to give back to a QP when the completion is polled.
+/// Which queue of which attached QP a completion gives slots back to.
+#[derive(Clone, Copy)]
 pub(super) struct Release {
-    pub(super) credits: Arc<Credits>,
+    pub(super) attach: u32,
     pub(super) slots: u32,
     pub(super) send: bool,
-}
-
-impl Release {
-    fn apply(self) {
-        let counter = if self.send {
-            &self.credits.sq
-        } else {
-            &self.credits.rq
-        };
-        counter.fetch_sub(self.slots, Ordering::Release);
-    }
 }
 
 /// A completion as stored in the queue.
 pub(super) struct Cqe {
     pub(super) wc: WorkCompletion,
-    pub(super) release: Option<Release>,
+    pub(super) release: Release,
+}
+
+struct Attached {
+    credits: Arc<Credits>,
+    /// Completions in the queue that name this attachment.
+    pending: u32,
+    /// False once the QP is gone; the slot is freed when `pending` reaches zero.
+    live: bool,
+}
+
+struct Inner {
+    queue: VecDeque<Cqe>,
+    attached: Vec<Option<Attached>>,
+    free: Vec<u32>,
+}
+
+impl Inner {
+    fn release(&mut self, r: Release) {
+        let Some(slot) = self.attached.get_mut(r.attach as usize) else {
+            return;
+        };
+        let Some(a) = slot else { return };
+        let counter = if r.send {
+            &a.credits.sq_released
+        } else {
+            &a.credits.rq_released
+        };
+        // Single writer (this CQ's lock holder), so no read-modify-write is needed.
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(r.slots),
+            Ordering::Release,
+        );
+        a.pending = a.pending.saturating_sub(1);
+        if !a.live && a.pending == 0 {
+            *slot = None;
+            self.free.push(r.attach);
+        }
+    }
 }
 
 pub(super) struct SoftCq {
     dev: Arc<DevShared>,
-    queue: Mutex<VecDeque<Cqe>>,
+    inner: Mutex<Inner>,
     /// `queue.len()`, published under the lock so empty polls skip the lock.
     pending: AtomicUsize,
     /// One-shot: the next push writes the eventfd.
@@ -79,7 +113,11 @@ impl SoftCq {
         let entries = entries as usize;
         let cq = Arc::new(SoftCq {
             dev: Arc::clone(dev),
-            queue: Mutex::new(VecDeque::with_capacity(entries.min(PREALLOC_CQE))),
+            inner: Mutex::new(Inner {
+                queue: VecDeque::with_capacity(entries.min(PREALLOC_CQE)),
+                attached: Vec::new(),
+                free: Vec::new(),
+            }),
             pending: AtomicUsize::new(0),
             armed: AtomicBool::new(false),
             efd,
@@ -87,6 +125,42 @@ impl SoftCq {
         });
         dev.cqs.insert(&cq);
         Ok(cq)
+    }
+
+    /// Registers a QP's credits; completions name the returned attachment.
+    pub(super) fn attach(&self, credits: &Arc<Credits>) -> u32 {
+        let mut inner = self.inner.lock();
+        let entry = Attached {
+            credits: Arc::clone(credits),
+            pending: 0,
+            live: true,
+        };
+        match inner.free.pop() {
+            Some(idx) => {
+                if let Some(slot) = inner.attached.get_mut(idx as usize) {
+                    *slot = Some(entry);
+                }
+                idx
+            }
+            None => {
+                inner.attached.push(Some(entry));
+                u32::try_from(inner.attached.len() - 1).unwrap_or(u32::MAX)
+            }
+        }
+    }
+
+    /// The QP is gone; its attachment goes once its last completion is polled.
+    pub(super) fn detach(&self, attach: u32) {
+        let mut inner = self.inner.lock();
+        let Some(slot) = inner.attached.get_mut(attach as usize) else {
+            return;
+        };
+        let Some(a) = slot else { return };
+        a.live = false;
+        if a.pending == 0 {
+            *slot = None;
+            inner.free.push(attach);
+        }
     }
 
     pub(super) fn push(&self, cqe: Cqe) {
@@ -99,15 +173,19 @@ impl SoftCq {
         let mut pushed = 0u64;
         let mut overflowed = 0u64;
         {
-            let mut q = self.queue.lock();
+            let mut inner = self.inner.lock();
+            let inner = &mut *inner;
             for cqe in cqes {
-                if q.len() >= self.entries {
+                if let Some(Some(a)) = inner.attached.get_mut(cqe.release.attach as usize) {
+                    a.pending += 1;
+                }
+                if inner.queue.len() >= self.entries {
                     overflowed += 1;
                 }
-                q.push_back(cqe);
+                inner.queue.push_back(cqe);
                 pushed += 1;
             }
-            self.pending.store(q.len(), Ordering::Release);
+            self.pending.store(inner.queue.len(), Ordering::Release);
         }
         if pushed == 0 {
             return;
@@ -126,6 +204,12 @@ impl SoftCq {
         }
     }
 
+    /// Live or draining QP attachments (for tests).
+    #[cfg(test)]
+    pub(super) fn attachments(&self) -> usize {
+        self.inner.lock().attached.iter().flatten().count()
+    }
+
     fn has_pending(&self) -> bool {
         self.pending.load(Ordering::Acquire) > 0
     }
@@ -142,20 +226,21 @@ impl CompletionQueue for SoftCq {
         if out.is_empty() || !self.has_pending() {
             return 0;
         }
-        let mut q = self.queue.lock();
-        let n = out.len().min(q.len());
-        for (slot, cqe) in out.iter_mut().zip(q.drain(..n)) {
+        let mut inner = self.inner.lock();
+        let n = out.len().min(inner.queue.len());
+        for slot in out.iter_mut().take(n) {
+            let Some(cqe) = inner.queue.pop_front() else {
+                break;
+            };
             *slot = cqe.wc;
-            if let Some(release) = cqe.release {
-                release.apply();
-            }
+            inner.release(cqe.release);
         }
-        self.pending.store(q.len(), Ordering::Release);
+        self.pending.store(inner.queue.len(), Ordering::Release);
         n
     }
 
     fn req_notify(&self) {
-        let _q = self.queue.lock();
+        let _inner = self.inner.lock();
         self.armed.store(true, Ordering::Relaxed);
     }
 
@@ -167,9 +252,9 @@ impl CompletionQueue for SoftCq {
         if self.has_pending() {
             return;
         }
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128);
-        let timeout = PollTimeout::try_from(i32::try_from(ms).unwrap_or(i32::MAX))
-            .unwrap_or(PollTimeout::MAX);
+        let ms = timeout.as_nanos().div_ceil(1_000_000);
+        let ms = i32::try_from(ms).unwrap_or(i32::MAX);
+        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(self.efd.as_fd(), PollFlags::POLLIN)];
         // EINTR and timeouts are spurious wake-ups for the caller, who polls anyway.
         let _ = poll(&mut fds, timeout);

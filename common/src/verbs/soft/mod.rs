@@ -12,12 +12,15 @@
 //!   layout in `mr.rs`); addresses are the buffer's real virtual addresses
 //!   ([`DmaBuffer::addr`](crate::verbs::DmaBuffer::addr)). Every access checks key,
 //!   generation, bounds (overflow-safe) and access rights. As with `ibv_reg_mr`,
-//!   `REMOTE_WRITE` requires `LOCAL_WRITE`. Dropping the region deregisters it.
+//!   `REMOTE_WRITE` requires `LOCAL_WRITE`. Dropping the region deregisters it: its
+//!   keys fail from then on. (Each QP caches a few recently used regions so lookups
+//!   take no lock; a cache may hold a deregistered region's buffer, not its keys,
+//!   until that QP's next post or its drop.)
 //! - **Work requests** execute synchronously in the thread that posts them, in order;
 //!   the completions they produce (the peer's receive completion, then the local send
 //!   completion) are in their CQs when `post_send` returns. Errors follow ibverbs: the
 //!   failing WR completes in error (even if unsignaled), the rest of the chain and
-//!   every posted receive on both QPs are flushed with [`WcStatus::WrFlushError`], and
+//!   every posted receive on both QPs are flushed with `WrFlushError`, and
 //!   both QPs enter the error state (`post_*` then return [`VerbsError::QpError`]).
 //!   Statuses: bad local key/bounds/rights → `LocalProtectionError`; bad rkey, bounds
 //!   or remote rights → `RemoteAccessError`; no receive posted within the RNR timeout
@@ -36,6 +39,11 @@
 //!   failing with `RnrRetryExceeded`, like an RC QP with a finite `rnr_retry`. This
 //!   covers the window between `accept` returning and the passive side posting its
 //!   receives, during which the active side may already send.
+//! - **Performance.** No global lock and no allocation on the data path; locks are per
+//!   QP (send, receive), per CQ and per PD (only on key-cache misses); polling an empty
+//!   CQ takes no lock; counters are per-thread shards. Measured with the
+//!   `perf_command_write_response` test (one thread, command SEND + 4 KiB RDMA WRITE +
+//!   response SEND, all completions polled): about 0.6 µs per I/O.
 //! - **Completion channel.** A CQ's eventfd is written only after
 //!   [`CompletionQueue::req_notify`] armed it (one-shot), so pollers that spin cause
 //!   no system calls. A CQ holding more than `entries` completions keeps them all and

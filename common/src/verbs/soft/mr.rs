@@ -1,4 +1,5 @@
-//! Protection domains and memory regions: the per-PD key table.
+//! Protection domains and memory regions: the per-PD key table, and the per-QP key
+//! cache that keeps table lookups off the data path.
 //!
 //! Key layout (lkey and rkey alike): the low 16 bits are the slot index XOR a per-PD
 //! salt, the high 16 bits a tag derived from a device-wide registration sequence
@@ -9,7 +10,7 @@
 //! key of another PD lands on a different slot or tag.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -20,15 +21,23 @@ use crate::verbs::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError
 const INDEX_MASK: u32 = 0xffff;
 /// Slots 1..=MAX_INDEX are usable; slot 0 is never handed out.
 const MAX_INDEX: u32 = 0xffff;
+/// Regions a [`KeyCache`] remembers.
+const CACHE_WAYS: usize = 4;
 
-/// A validated piece of registered memory: `len` bytes at `off` inside `buf`. Holding
-/// the `Arc` keeps the memory alive while it is copied, even if the region is
-/// deregistered meanwhile.
+/// A validated piece of registered memory: `len` bytes at `ptr`.
+///
+/// It holds no reference count: the [`KeyCache`] it was resolved through keeps the
+/// buffer alive (in an entry or, once evicted, in its graveyard) until
+/// [`KeyCache::end_request`], and segments never outlive the work request they serve.
 pub(super) struct Seg {
-    pub(super) buf: Arc<DmaBuffer>,
-    pub(super) off: usize,
+    pub(super) ptr: *mut u8,
     pub(super) len: usize,
 }
+
+// SAFETY: a `Seg` points into a `DmaBuffer`, which is `Send + Sync` plain memory. It is
+// only stored in a QP's per-request scratch vectors (behind the QP's send lock) and
+// dereferenced while the key cache that resolved it keeps the buffer alive.
+unsafe impl Send for Seg {}
 
 struct MrEntry {
     lkey: u32,
@@ -57,15 +66,85 @@ impl KeyTable {
     }
 }
 
+/// What regions and caches share with their PD.
+struct PdShared {
+    table: RwLock<KeyTable>,
+    /// Moves whenever a key stops being valid (deregistration, invalidation), which
+    /// empties every [`KeyCache`] of the PD. Registrations leave it alone: a new key
+    /// cannot be in a cache.
+    epoch: AtomicU64,
+}
+
+impl PdShared {
+    fn bump_epoch(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// A bijection of 16-bit values, so distinct sequence numbers give distinct tags.
 fn tag(seq: u32) -> u32 {
     (seq.wrapping_mul(0x9e3b) ^ 0x5a17) & 0xffff
 }
 
+struct CacheEntry {
+    key: u32,
+    remote: bool,
+    access: Access,
+    buf: Arc<DmaBuffer>,
+}
+
+/// A few recently used regions of one PD, valid for one epoch of it. Owned by a QP
+/// (under its send lock), so hits take no lock and touch no reference count.
+pub(super) struct KeyCache {
+    /// The PD the entries belong to.
+    pd: Option<Arc<PdShared>>,
+    epoch: u64,
+    entries: [Option<CacheEntry>; CACHE_WAYS],
+    next: usize,
+    /// Evicted buffers still named by segments of the current work request.
+    graveyard: Vec<Arc<DmaBuffer>>,
+}
+
+impl KeyCache {
+    pub(super) fn new() -> Self {
+        KeyCache {
+            pd: None,
+            epoch: 0,
+            entries: std::array::from_fn(|_| None),
+            next: 0,
+            graveyard: Vec::with_capacity(CACHE_WAYS * 2),
+        }
+    }
+
+    /// Releases what the finished work request's segments needed. Call once its
+    /// segments are gone.
+    pub(super) fn end_request(&mut self) {
+        self.graveyard.clear();
+    }
+
+    fn clear(&mut self) {
+        for e in &mut self.entries {
+            if let Some(e) = e.take() {
+                self.graveyard.push(e.buf);
+            }
+        }
+    }
+
+    fn insert(&mut self, entry: CacheEntry) -> &CacheEntry {
+        let way = self.next % CACHE_WAYS;
+        self.next = self.next.wrapping_add(1);
+        let slot = &mut self.entries[way];
+        if let Some(old) = slot.take() {
+            self.graveyard.push(old.buf);
+        }
+        slot.insert(entry)
+    }
+}
+
 /// A protection domain of the soft provider.
 pub(super) struct SoftPd {
     dev: Arc<DevShared>,
-    table: Arc<RwLock<KeyTable>>,
+    shared: Arc<PdShared>,
 }
 
 impl SoftPd {
@@ -73,12 +152,15 @@ impl SoftPd {
         let salt = dev.random_u32() & INDEX_MASK;
         let pd = Arc::new(SoftPd {
             dev: Arc::clone(dev),
-            table: Arc::new(RwLock::new(KeyTable {
-                salt,
-                // Slot 0 is a placeholder that never holds a region.
-                slots: vec![None],
-                free: VecDeque::new(),
-            })),
+            shared: Arc::new(PdShared {
+                table: RwLock::new(KeyTable {
+                    salt,
+                    // Slot 0 is a placeholder that never holds a region.
+                    slots: vec![None],
+                    free: VecDeque::new(),
+                }),
+                epoch: AtomicU64::new(0),
+            }),
         });
         dev.pds.insert(&pd);
         pd
@@ -86,43 +168,79 @@ impl SoftPd {
 
     /// Validates `len` bytes at virtual address `addr` under `key` (an rkey when
     /// `remote`, else an lkey) with rights `need`, with overflow-safe bounds checks.
-    pub(super) fn lookup(
+    /// `cache` must only ever be used with this PD's lookups for hits to be likely (it
+    /// is correct with any PD).
+    pub(super) fn resolve(
         &self,
+        cache: &mut KeyCache,
         key: u32,
         remote: bool,
         addr: u64,
         len: u64,
         need: Access,
     ) -> Option<Seg> {
-        let table = self.table.read();
-        let e = table.entry(key)?;
-        let key_ok = if remote {
-            e.rkey == key && e.remote_valid
+        // Read before any table lookup: a key that dies later moves the epoch past it.
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        let same_pd = cache
+            .pd
+            .as_ref()
+            .is_some_and(|pd| Arc::ptr_eq(pd, &self.shared));
+        if !same_pd || cache.epoch != epoch {
+            cache.clear();
+            if !same_pd {
+                cache.pd = Some(Arc::clone(&self.shared));
+            }
+            cache.epoch = epoch;
+        }
+        let way = cache.entries.iter().position(|e| {
+            e.as_ref()
+                .is_some_and(|e| e.key == key && e.remote == remote)
+        });
+        let entry = if let Some(way) = way {
+            cache.entries.get(way)?.as_ref()?
         } else {
-            e.lkey == key
+            let fresh = {
+                let table = self.shared.table.read();
+                let e = table.entry(key)?;
+                let key_ok = if remote {
+                    e.rkey == key && e.remote_valid
+                } else {
+                    e.lkey == key
+                };
+                if !key_ok {
+                    return None;
+                }
+                CacheEntry {
+                    key,
+                    remote,
+                    access: e.access,
+                    buf: Arc::clone(&e.buf),
+                }
+            };
+            cache.insert(fresh)
         };
-        if !key_ok || !e.access.contains(need) {
+        if !entry.access.contains(need) {
             return None;
         }
-        let off = addr.checked_sub(e.buf.addr())?;
+        let buf = &entry.buf;
+        let off = addr.checked_sub(buf.addr())?;
         let end = off.checked_add(len)?;
-        if end > u64::try_from(e.buf.len()).ok()? {
+        if end > u64::try_from(buf.len()).ok()? {
             return None;
         }
-        Some(Seg {
-            buf: Arc::clone(&e.buf),
-            off: usize::try_from(off).ok()?,
-            len: usize::try_from(len).ok()?,
-        })
+        let len = usize::try_from(len).ok()?;
+        let ptr = buf.ptr_at(usize::try_from(off).ok()?, len)?;
+        Some(Seg { ptr, len })
     }
 
     /// Invalidates `rkey` for remote access (SEND with invalidate). False if `rkey`
     /// names no region with remote access still valid.
     pub(super) fn invalidate(&self, rkey: u32) -> bool {
-        let mut table = self.table.write();
+        let mut table = self.shared.table.write();
         match table.entry_mut(rkey) {
             Some(e) if e.rkey == rkey && e.remote_valid => {
                 e.remote_valid = false;
+                self.shared.bump_epoch();
                 true
             }
             _ => false,
@@ -149,7 +267,7 @@ impl ProtectionDomain for SoftPd {
             ));
         }
         let seq = self.dev.key_seq.fetch_add(1, Ordering::Relaxed);
-        let mut table = self.table.write();
+        let mut table = self.shared.table.write();
         let idx = match table.free.pop_front() {
             Some(idx) => idx,
             None => {
@@ -177,7 +295,7 @@ impl ProtectionDomain for SoftPd {
         }
         drop(table);
         Ok(Arc::new(SoftMr {
-            table: Arc::clone(&self.table),
+            pd: Arc::clone(&self.shared),
             idx,
             lkey,
             rkey,
@@ -188,7 +306,7 @@ impl ProtectionDomain for SoftPd {
 
 /// A registered region; dropping it deregisters its keys.
 struct SoftMr {
-    table: Arc<RwLock<KeyTable>>,
+    pd: Arc<PdShared>,
     idx: u32,
     lkey: u32,
     rkey: u32,
@@ -219,7 +337,7 @@ impl MemoryRegion for SoftMr {
 
 impl Drop for SoftMr {
     fn drop(&mut self) {
-        let mut table = self.table.write();
+        let mut table = self.pd.table.write();
         let mine = table.slots.get_mut(self.idx as usize).and_then(|slot| {
             if slot.as_ref().is_some_and(|e| e.lkey == self.lkey) {
                 slot.take()
@@ -229,6 +347,7 @@ impl Drop for SoftMr {
         });
         if mine.is_some() {
             table.free.push_back(self.idx);
+            self.pd.bump_epoch();
         }
         drop(table);
         // The entry (and its buffer reference) is released outside the lock.

@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::counters::bump;
 use super::cq::{Cqe, Credits, Release, SoftCq};
-use super::mr::{Seg, SoftPd};
+use super::mr::{KeyCache, Seg, SoftPd};
 use super::DevShared;
 use crate::verbs::{
     Access, ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError,
@@ -42,6 +42,8 @@ struct RecvRing {
     per: usize,
     head: usize,
     len: usize,
+    /// Receives ever posted (wrapping); minus the released count: slots in use.
+    posted: u32,
 }
 
 impl RecvRing {
@@ -53,6 +55,7 @@ impl RecvRing {
             per,
             head: 0,
             len: 0,
+            posted: 0,
         }
     }
 
@@ -97,13 +100,30 @@ impl RecvRing {
 }
 
 /// State guarded by the send lock. The scratch vectors hold the validated segments of
-/// the work request being executed; they keep their capacity between posts.
+/// the work request being executed (they keep their capacity between posts); the key
+/// caches keep the buffers those segments point into alive.
 struct SqState {
+    /// Send WRs ever posted (wrapping); minus the released count: slots in use.
+    posted: u32,
     /// Unsignaled successful WRs since the last send completion: their slots are given
     /// back with the next completion on this queue.
     unsignaled: u32,
     local: Vec<Seg>,
     remote: Vec<Seg>,
+    /// Regions of this QP's PD (local SGEs).
+    local_keys: KeyCache,
+    /// Regions of the peer's PD (rkeys, and the SGEs of the peer's receives).
+    peer_keys: KeyCache,
+}
+
+impl SqState {
+    /// Drops the segments of the finished work request, then what kept them valid.
+    fn end_request(&mut self) {
+        self.local.clear();
+        self.remote.clear();
+        self.local_keys.end_request();
+        self.peer_keys.end_request();
+    }
 }
 
 pub(super) struct SoftQp {
@@ -117,6 +137,9 @@ pub(super) struct SoftQp {
     /// Set once when the connection is established; weak so the pair is no cycle.
     peer: OnceLock<Weak<SoftQp>>,
     credits: Arc<Credits>,
+    /// This QP's attachments to its send and receive CQs.
+    send_attach: u32,
+    recv_attach: u32,
     sq: Mutex<SqState>,
     rq: Mutex<RecvRing>,
 }
@@ -141,6 +164,13 @@ pub(super) fn create(dev: &Arc<DevShared>, init: QpInit) -> Result<Arc<SoftQp>, 
         ));
     }
     let num = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+    let credits = Arc::new(Credits::default());
+    let send_attach = send_cq.attach(&credits);
+    let recv_attach = if Arc::ptr_eq(&send_cq, &recv_cq) {
+        send_attach
+    } else {
+        recv_cq.attach(&credits)
+    };
     Ok(Arc::new(SoftQp {
         num,
         dev: Arc::clone(dev),
@@ -150,11 +180,16 @@ pub(super) fn create(dev: &Arc<DevShared>, init: QpInit) -> Result<Arc<SoftQp>, 
         caps,
         dead: AtomicBool::new(false),
         peer: OnceLock::new(),
-        credits: Arc::new(Credits::default()),
+        credits,
+        send_attach,
+        recv_attach,
         sq: Mutex::new(SqState {
+            posted: 0,
             unsignaled: 0,
             local: Vec::with_capacity(caps.max_send_sge as usize),
             remote: Vec::with_capacity(MAX_SGE as usize),
+            local_keys: KeyCache::new(),
+            peer_keys: KeyCache::new(),
         }),
         rq: Mutex::new(RecvRing::new(
             caps.max_recv_wr as usize,
@@ -179,7 +214,9 @@ fn opcode_of(op: SendOp) -> WcOpcode {
 }
 
 /// Copies the bytes described by `src` into `dst`, in order. Returns false if `dst`
-/// is shorter than `src` or a segment does not lie in its buffer.
+/// is shorter than `src`.
+///
+/// The caller keeps the buffers behind both lists alive (their key caches hold them).
 fn copy_segs(src: &[Seg], dst: &[Seg]) -> bool {
     let mut dst_iter = dst.iter();
     let mut cur: Option<&Seg> = None;
@@ -199,18 +236,14 @@ fn copy_segs(src: &[Seg], dst: &[Seg]) -> bool {
                 },
             };
             let n = (s.len - done).min(d.len - cur_off);
-            let (Some(from), Some(to)) = (
-                s.buf.ptr_at(s.off + done, n),
-                d.buf.ptr_at(d.off + cur_off, n),
-            ) else {
-                return false;
-            };
-            // SAFETY: `ptr_at` checked that both ranges of `n` bytes lie inside their
-            // allocations, which the `Arc<DmaBuffer>`s in the segments keep alive for the
-            // duration of the copy. `ptr::copy` tolerates overlap (both sides may name
-            // the same buffer). Concurrent access by the owners is excluded by the
-            // verbs rule `DmaBuffer` documents, exactly as for a NIC's DMA.
-            unsafe { std::ptr::copy(from, to, n) };
+            // SAFETY: `s.ptr..s.ptr + s.len` and `d.ptr..d.ptr + d.len` were bounds-checked
+            // against their `DmaBuffer`s by `DmaBuffer::ptr_at` when resolved, and the
+            // key caches of the executing QP keep those buffers alive until the segments
+            // are cleared; `done + n <= s.len` and `cur_off + n <= d.len`. `ptr::copy`
+            // tolerates overlap (both sides may name the same buffer). Concurrent access
+            // by the buffers' owners is excluded by the verbs rule `DmaBuffer` documents,
+            // as for a NIC's DMA.
+            unsafe { std::ptr::copy(s.ptr.add(done), d.ptr.add(cur_off), n) };
             done += n;
             cur_off += n;
         }
@@ -235,11 +268,11 @@ impl SoftQp {
                 invalidated_rkey,
                 qp_num: self.num,
             },
-            release: Some(Release {
-                credits: Arc::clone(&self.credits),
+            release: Release {
+                attach: self.recv_attach,
                 slots: 1,
                 send: false,
-            }),
+            },
         }
     }
 
@@ -257,11 +290,11 @@ impl SoftQp {
                 invalidated_rkey: None,
                 qp_num: self.num,
             },
-            release: Some(Release {
-                credits: Arc::clone(&self.credits),
+            release: Release {
+                attach: self.send_attach,
                 slots,
                 send: true,
-            }),
+            },
         });
     }
 
@@ -282,12 +315,18 @@ impl SoftQp {
     }
 
     /// Validates the local SGEs of a work request into `out`; returns the total length.
-    fn gather(&self, out: &mut Vec<Seg>, sgl: &[Sge], need: Access) -> Result<u32, WcStatus> {
+    fn gather(
+        &self,
+        keys: &mut KeyCache,
+        out: &mut Vec<Seg>,
+        sgl: &[Sge],
+        need: Access,
+    ) -> Result<u32, WcStatus> {
         let mut total = 0u64;
         for sge in sgl {
             let seg = self
                 .pd
-                .lookup(sge.lkey, false, sge.addr, u64::from(sge.length), need)
+                .resolve(keys, sge.lkey, false, sge.addr, u64::from(sge.length), need)
                 .ok_or(WcStatus::LocalProtectionError)?;
             total += u64::from(sge.length);
             if seg.len > 0 {
@@ -304,8 +343,7 @@ impl SoftQp {
         wr: &SendWr<'_>,
     ) -> Result<u32, WcStatus> {
         let result = self.execute_inner(sq, peer, wr);
-        sq.local.clear();
-        sq.remote.clear();
+        sq.end_request();
         result
     }
 
@@ -319,21 +357,20 @@ impl SoftQp {
             SendOp::RdmaRead { .. } => Access::LOCAL_WRITE,
             _ => Access::empty(),
         };
-        let total = self.gather(&mut sq.local, wr.sg_list, need)?;
+        let total = self.gather(&mut sq.local_keys, &mut sq.local, wr.sg_list, need)?;
         let peer = match peer {
             Some(p) if !p.is_dead_now() => p,
             _ => return Err(WcStatus::RetryExceeded),
         };
         match wr.op {
-            SendOp::Send => peer.deliver(self, &sq.local, total, None, &mut sq.remote),
-            SendOp::SendWithInvalidate { rkey } => {
-                peer.deliver(self, &sq.local, total, Some(rkey), &mut sq.remote)
-            }
+            SendOp::Send => peer.deliver(self, sq, total, None),
+            SendOp::SendWithInvalidate { rkey } => peer.deliver(self, sq, total, Some(rkey)),
             SendOp::RdmaWrite { remote_addr, rkey } => {
                 if total > 0 {
                     let dst = peer
                         .pd
-                        .lookup(
+                        .resolve(
+                            &mut sq.peer_keys,
                             rkey,
                             true,
                             remote_addr,
@@ -351,7 +388,8 @@ impl SoftQp {
                 if total > 0 {
                     let src = peer
                         .pd
-                        .lookup(
+                        .resolve(
+                            &mut sq.peer_keys,
                             rkey,
                             true,
                             remote_addr,
@@ -393,16 +431,22 @@ impl SoftQp {
         }
     }
 
-    /// Receiver side of a SEND: places `src` (`total` bytes) into the oldest posted
-    /// receive, checked against this QP's PD, and completes it on the receive CQ.
+    /// Receiver side of a SEND: places the sender's gathered segments (`sq.local`,
+    /// `total` bytes) into the oldest posted receive, checked against this QP's PD
+    /// (through the sender's cache of it), and completes it on the receive CQ.
     fn deliver(
         &self,
         sender: &SoftQp,
-        src: &[Seg],
+        sq: &mut SqState,
         total: u32,
         invalidate: Option<u32>,
-        dst: &mut Vec<Seg>,
     ) -> Result<u32, WcStatus> {
+        let SqState {
+            local: src,
+            remote: dst,
+            peer_keys: keys,
+            ..
+        } = sq;
         let mut rq = self.wait_for_recv(sender)?;
         let Some((wr_id, sges)) = rq.front() else {
             return Err(WcStatus::RnrRetryExceeded);
@@ -420,7 +464,8 @@ impl SoftQp {
                 if sge.length == 0 {
                     continue;
                 }
-                let Some(mut seg) = self.pd.lookup(
+                let Some(mut seg) = self.pd.resolve(
+                    keys,
                     sge.lkey,
                     false,
                     sge.addr,
@@ -489,11 +534,12 @@ impl QueuePair for SoftQp {
             return Ok(());
         }
         let n = u32::try_from(wrs.len()).map_err(|_| VerbsError::QueueFull("send queue"))?;
-        let outstanding = self.credits.sq.load(Ordering::Acquire);
+        let released = self.credits.sq_released.load(Ordering::Acquire);
+        let outstanding = sq.posted.wrapping_sub(released);
         if u64::from(outstanding) + u64::from(n) > u64::from(self.caps.max_send_wr) {
             return Err(VerbsError::QueueFull("send queue"));
         }
-        self.credits.sq.fetch_add(n, Ordering::Relaxed);
+        sq.posted = sq.posted.wrapping_add(n);
         bump(&shard.send_wrs, u64::from(n));
 
         let peer = peer.upgrade();
@@ -542,7 +588,8 @@ impl QueuePair for SoftQp {
             return Ok(());
         }
         let n = u32::try_from(wrs.len()).map_err(|_| VerbsError::QueueFull("receive queue"))?;
-        let outstanding = self.credits.rq.load(Ordering::Acquire);
+        let released = self.credits.rq_released.load(Ordering::Acquire);
+        let outstanding = rq.posted.wrapping_sub(released);
         if u64::from(outstanding) + u64::from(n) > u64::from(self.caps.max_recv_wr) {
             return Err(VerbsError::QueueFull("receive queue"));
         }
@@ -551,7 +598,7 @@ impl QueuePair for SoftQp {
                 // Unreachable: the credits never undercount the ring.
                 return Err(VerbsError::QueueFull("receive queue"));
             }
-            self.credits.rq.fetch_add(1, Ordering::Relaxed);
+            rq.posted = rq.posted.wrapping_add(1);
         }
         bump(&shard.recv_wrs, u64::from(n));
         Ok(())
@@ -576,5 +623,9 @@ impl QueuePair for SoftQp {
 impl Drop for SoftQp {
     fn drop(&mut self) {
         self.disconnect();
+        self.send_cq.detach(self.send_attach);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.detach(self.recv_attach);
+        }
     }
 }

@@ -47,7 +47,7 @@ fn connect_pair(dev: &Arc<SoftDevice>, addr: &str) -> Pair {
         let req = listener.next_request(T).unwrap();
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(64).unwrap();
-        let qp = req.accept(init(&pd, &cq), b"").unwrap();
+        let qp = req.accept(init(&pd, &cq), b"", &mut |_| Ok(())).unwrap();
         End { pd, cq, qp }
     });
     let pd = dev.alloc_pd().unwrap();
@@ -178,7 +178,7 @@ fn connect_accept_exchanges_private_data() {
         assert_eq!(req.private_data(), b"hello from host");
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(16).unwrap();
-        let qp = req.accept(init(&pd, &cq), b"welcome").unwrap();
+        let qp = req.accept(init(&pd, &cq), b"welcome", &mut |_| Ok(())).unwrap();
         (qp, pd, cq)
     });
     let pd = dev.alloc_pd().unwrap();
@@ -289,7 +289,7 @@ fn connect_timeout_then_late_accept_fails() {
         thread::sleep(Duration::from_millis(60));
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(16).unwrap();
-        req.accept(init(&pd, &cq), b"late").err()
+        req.accept(init(&pd, &cq), b"late", &mut |_| Ok(())).err()
     });
     let err = dev
         .connect(
@@ -1229,7 +1229,7 @@ fn cq_overflow_keeps_completions_and_counts() {
         let req = listener.next_request(T).unwrap();
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(64).unwrap();
-        let qp = req.accept(init(&pd, &cq), b"").unwrap();
+        let qp = req.accept(init(&pd, &cq), b"", &mut |_| Ok(())).unwrap();
         End { pd, cq, qp }
     });
     let pd = dev.alloc_pd().unwrap();
@@ -1430,4 +1430,141 @@ fn perf_command_write_response() {
         N as f64 / el.as_secs_f64() / 1e6,
         dev.counters()
     );
+}
+
+#[test]
+fn cached_keys_die_with_their_region() {
+    // rkey: used once (and cached by the writer), then deregistered.
+    isolated_failure("cached-rkey", |p| {
+        let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        let src = reg(&p.a.pd, 4096, Access::empty());
+        let sgl = [sge(&src, 0, 16)];
+        let op = SendOp::RdmaWrite {
+            remote_addr: target.addr(),
+            rkey: target.rkey(),
+        };
+        let mut ok = rdma(op, &sgl);
+        ok.wr_id = 0;
+        ok.signaled = true;
+        p.a.qp.post_send(&[ok]).unwrap();
+        assert_eq!(
+            drain(&p.a.cq),
+            [wc(
+                0,
+                WcStatus::Success,
+                WcOpcode::RdmaWrite,
+                16,
+                p.a.qp.qp_num()
+            )]
+        );
+        drop(target);
+        expect_remote_failure(
+            p,
+            rdma(op, &sgl),
+            WcOpcode::RdmaWrite,
+            WcStatus::RemoteAccessError,
+        );
+    });
+    // lkey: used once (cached), then deregistered.
+    isolated_failure("cached-lkey", |p| {
+        let dst = reg(&p.b.pd, 64, Access::LOCAL_WRITE);
+        let src = reg(&p.a.pd, 64, Access::empty());
+        let sgl = [sge(&src, 0, 8)];
+        recv(&p.b.qp, 1, &[sge(&dst, 0, 64)]);
+        p.a.qp.post_send(&[send(0, &sgl)]).unwrap();
+        assert_eq!(drain(&p.a.cq).len(), 1);
+        assert_eq!(drain(&p.b.cq).len(), 1);
+        drop(src);
+        let wr = SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            sg_list: &sgl,
+            signaled: true,
+        };
+        expect_remote_failure(p, wr, WcOpcode::Send, WcStatus::LocalProtectionError);
+    });
+}
+
+#[test]
+fn cq_attachments_are_reclaimed() {
+    let dev = SoftDevice::new();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let soft_cq = dev.shared.cqs.find(&cq).unwrap();
+    let mr = reg(&pd, 64, Access::LOCAL_WRITE);
+    for round in 0..3 {
+        let listener = dev.listen("attach").unwrap();
+        let dev2 = Arc::clone(&dev);
+        let server = thread::spawn(move || {
+            let req = listener.next_request(T).unwrap();
+            let pd = dev2.alloc_pd().unwrap();
+            let cq = dev2.create_cq(16).unwrap();
+            req.accept(init(&pd, &cq), b"", &mut |_| Ok(())).unwrap()
+        });
+        let (qp, _) = dev
+            .connect("attach", init(&pd, &cq), b"", &mut |_| Ok(()), T)
+            .unwrap();
+        let _peer = server.join().unwrap();
+        let qpn = qp.qp_num();
+        recv(&qp, round, &[sge(&mr, 0, 64)]);
+        assert_eq!(soft_cq.attachments(), 1);
+        drop(qp);
+        // The flushed receive still names the attachment until it is polled.
+        assert_eq!(soft_cq.attachments(), 1);
+        assert_eq!(
+            drain(&cq),
+            [wc(round, WcStatus::WrFlushError, WcOpcode::Recv, 0, qpn)]
+        );
+        assert_eq!(soft_cq.attachments(), 0);
+    }
+}
+
+#[test]
+fn bidirectional_traffic_does_not_deadlock() {
+    const N: u64 = 5_000;
+    let dev = SoftDevice::new();
+    dev.set_rnr_timeout(T);
+    let p = connect_pair(&dev, "bidi");
+    let run = |end: End| {
+        thread::spawn(move || {
+            let rx = reg(&end.pd, 16 * 64, Access::LOCAL_WRITE);
+            let tx = reg(&end.pd, 64, Access::empty());
+            for i in 0..16u64 {
+                recv(&end.qp, i, &[sge(&rx, i * 64, 64)]);
+            }
+            // Both sides have their receives up before either sends.
+            (end, rx, tx)
+        })
+    };
+    let (a, b) = (run(p.a).join().unwrap(), run(p.b).join().unwrap());
+    let worker = |(end, rx, tx): (End, Arc<dyn MemoryRegion>, Arc<dyn MemoryRegion>)| {
+        thread::spawn(move || {
+            let mut out = [WorkCompletion::EMPTY; 16];
+            let (mut sent, mut send_done, mut received) = (0u64, 0u64, 0u64);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while send_done < N || received < N {
+                assert!(Instant::now() < deadline, "stuck");
+                if sent < N && sent - send_done < 8 {
+                    end.qp.post_send(&[send(sent, &[sge(&tx, 0, 8)])]).unwrap();
+                    sent += 1;
+                }
+                let n = end.cq.poll(&mut out);
+                for w in &out[..n] {
+                    assert_eq!(w.status, WcStatus::Success);
+                    match w.opcode {
+                        WcOpcode::Send => send_done += 1,
+                        WcOpcode::Recv => {
+                            received += 1;
+                            recv(&end.qp, w.wr_id, &[sge(&rx, w.wr_id * 64, 64)]);
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            end
+        })
+    };
+    let (ta, tb) = (worker(a), worker(b));
+    let (a, b) = (ta.join().unwrap(), tb.join().unwrap());
+    assert!(!a.qp.is_dead() && !b.qp.is_dead());
 }

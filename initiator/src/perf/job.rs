@@ -1,0 +1,546 @@
+//! One perf job: one thread driving one I/O queue at a fixed depth.
+//!
+//! The measured loop keeps `iodepth` commands in flight: it refills every free slot,
+//! flushes once, polls once, and records each completion's latency (submit to reap)
+//! in nanoseconds. Everything it touches is allocated before the loop starts: one
+//! registered buffer per slot, the slot table, the completion vector, the histograms.
+//! Per I/O there is no allocation, no lock and no formatting; clocks are read once per
+//! submit batch and once per poll. Housekeeping (end of run, command timeouts,
+//! progress counters) runs every [`HOUSEKEEPING`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use nvmf_common::types::Nsid;
+
+use super::parse::Rw;
+use super::rng::{splitmix64, Permutation, Rng};
+use super::verify::{self, VerifyFailure};
+use crate::command;
+use crate::error::Error;
+use crate::queue::{Completion, Queue};
+use crate::transport::{DataDir, IoBuf};
+
+/// Polls without a completion before the loop blocks in `wait`: spinning gives the
+/// lowest latency, but on a shared core (loopback) the target needs the CPU too.
+const SPIN_POLLS: u32 = 64;
+/// The longest block in `wait` between polls.
+const WAIT_SLICE: Duration = Duration::from_millis(1);
+/// How often the loop checks the clock-driven conditions.
+pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
+/// Width of one bucket of the IOPS timeline.
+pub const TIMELINE_BUCKET: Duration = Duration::from_millis(100);
+/// Highest latency the histograms track (longer ones saturate): 10 minutes.
+pub const MAX_LATENCY_NS: u64 = 600_000_000_000;
+/// Significant digits of the latency histograms.
+pub const HIST_SIGFIG: u8 = 3;
+/// Verification failures kept per job (all are counted).
+pub const MAX_FAILURES_KEPT: usize = 16;
+/// Percent scale of `rwmixread`.
+const PERCENT: u64 = 100;
+
+/// A latency histogram with the perf bounds.
+pub fn new_histogram() -> Result<Histogram<u64>, Error> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, HIST_SIGFIG)
+        .map_err(|e| Error::InvalidArgument(format!("histogram: {e}")))
+}
+
+/// What one job does.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    pub index: u32,
+    pub rw: Rw,
+    pub rwmixread: u8,
+    pub nsid: Nsid,
+    pub block_size: u32,
+    /// Blocks per I/O, inclusive range.
+    pub min_blocks: u32,
+    pub max_blocks: u32,
+    /// First LBA of this job's region; the region is `units` units of `max_blocks`.
+    pub region_start: u64,
+    pub units: u64,
+    pub iodepth: u32,
+    /// Stop after one pass over the region (size-based run without a runtime).
+    pub one_pass: bool,
+    pub verify: bool,
+    pub seed: u64,
+    pub ramp_end: Instant,
+    pub end: Option<Instant>,
+}
+
+/// Counters the progress display reads while the job runs.
+#[derive(Debug, Default)]
+pub struct JobProgress {
+    pub ios: AtomicU64,
+    pub bytes: AtomicU64,
+    pub done: AtomicBool,
+}
+
+/// Totals for one direction.
+#[derive(Debug, Clone)]
+pub struct DirStats {
+    pub ios: u64,
+    pub bytes: u64,
+    /// Latency in nanoseconds.
+    pub hist: Histogram<u64>,
+}
+
+impl DirStats {
+    pub fn new() -> Result<DirStats, Error> {
+        Ok(DirStats {
+            ios: 0,
+            bytes: 0,
+            hist: new_histogram()?,
+        })
+    }
+
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &DirStats) {
+        self.ios += other.ios;
+        self.bytes += other.bytes;
+        // Same bounds on both sides: addition cannot fail; keep going if it somehow does.
+        let _ = self.hist.add(&other.hist);
+    }
+}
+
+/// Verification results of one job.
+#[derive(Debug, Clone, Default)]
+pub struct VerifySummary {
+    pub blocks_checked: u64,
+    pub failure_count: u64,
+    pub failures: Vec<VerifyFailure>,
+}
+
+impl VerifySummary {
+    fn fail(&mut self, f: VerifyFailure) {
+        self.failure_count += 1;
+        if self.failures.len() < MAX_FAILURES_KEPT {
+            self.failures.push(f);
+        }
+    }
+
+    pub fn merge(&mut self, o: &VerifySummary) {
+        self.blocks_checked += o.blocks_checked;
+        self.failure_count += o.failure_count;
+        for f in &o.failures {
+            if self.failures.len() < MAX_FAILURES_KEPT {
+                self.failures.push(f.clone());
+            }
+        }
+    }
+}
+
+/// What one job measured.
+#[derive(Debug, Clone)]
+pub struct JobOutcome {
+    pub index: u32,
+    pub qid: u16,
+    pub read: DirStats,
+    pub write: DirStats,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// From the end of the ramp to the last recorded completion.
+    pub elapsed: Duration,
+    /// Completions per [`TIMELINE_BUCKET`] since the end of the ramp.
+    pub timeline: Vec<u64>,
+    pub verify: VerifySummary,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    unit: u64,
+    lba: u64,
+    nblocks: u32,
+    write: bool,
+    gen: u32,
+    t0: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The measured run.
+    Main,
+    /// Reading back what the run wrote (write-then-read verify).
+    Readback,
+}
+
+struct Planned {
+    unit: u64,
+    nblocks: u32,
+    write: bool,
+}
+
+struct Job<'a> {
+    cfg: &'a JobConfig,
+    bufs: &'a [IoBuf],
+    progress: &'a JobProgress,
+    stop: &'a AtomicBool,
+    slots: Vec<Slot>,
+    rng: Rng,
+    perm: Permutation,
+    seq_next: u64,
+    issued: u64,
+    readback_next: u64,
+    /// Last completed write generation per unit (verify only; 0 = not written).
+    gens: Vec<u32>,
+    next_gen: u32,
+    scratch: Vec<u8>,
+    out: JobOutcome,
+    last_record: Option<Instant>,
+    failed: bool,
+}
+
+/// Runs one job on `q` with one buffer per slot (`bufs.len() >= iodepth`, each at least
+/// `max_blocks` blocks). Returns what it measured: I/O errors, timeouts and a broken
+/// queue end the job and are counted there; only a bad setup is an `Err`.
+pub fn run_job(
+    q: &mut Queue,
+    cfg: &JobConfig,
+    bufs: &[IoBuf],
+    progress: &JobProgress,
+    stop: &AtomicBool,
+) -> Result<JobOutcome, Error> {
+    let depth = cfg.iodepth as usize;
+    if bufs.len() < depth || cfg.units == 0 {
+        return Err(Error::InvalidArgument("job set up without buffers or region".into()));
+    }
+    let max_len = cfg.max_blocks as usize * cfg.block_size as usize;
+    let now = Instant::now();
+    let mut job = Job {
+        cfg,
+        bufs,
+        progress,
+        stop,
+        slots: vec![
+            Slot {
+                unit: 0,
+                lba: 0,
+                nblocks: 0,
+                write: false,
+                gen: 0,
+                t0: now,
+            };
+            depth
+        ],
+        rng: Rng::new(cfg.seed ^ u64::from(cfg.index)),
+        perm: Permutation::new(cfg.units, cfg.seed.wrapping_add(u64::from(cfg.index))),
+        seq_next: 0,
+        issued: 0,
+        readback_next: 0,
+        gens: if cfg.verify {
+            vec![0; usize::try_from(cfg.units).unwrap_or(0)]
+        } else {
+            Vec::new()
+        },
+        next_gen: 1,
+        scratch: if cfg.verify { vec![0; max_len] } else { Vec::new() },
+        out: JobOutcome {
+            index: cfg.index,
+            qid: q.qid().0,
+            read: DirStats::new()?,
+            write: DirStats::new()?,
+            errors: 0,
+            first_error: None,
+            elapsed: Duration::ZERO,
+            timeline: Vec::with_capacity(timeline_capacity(cfg)),
+            verify: VerifySummary::default(),
+        },
+        last_record: None,
+        failed: false,
+    };
+    let mut r = job.drive(q, Phase::Main);
+    if r.is_ok() && cfg.verify && cfg.rw.writes() && !job.failed {
+        r = job.drive(q, Phase::Readback);
+    }
+    if let Err(e) = r {
+        // A broken queue ends the job; what was measured so far is still reported.
+        job.record_error(&e);
+    }
+    let out = &job.out;
+    progress
+        .ios
+        .store(out.read.ios + out.write.ios, Ordering::Relaxed);
+    progress
+        .bytes
+        .store(out.read.bytes + out.write.bytes, Ordering::Relaxed);
+    let end = job.last_record.unwrap_or(cfg.ramp_end);
+    job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
+    progress.done.store(true, Ordering::Relaxed);
+    Ok(job.out)
+}
+
+fn timeline_capacity(cfg: &JobConfig) -> usize {
+    const DEFAULT_BUCKETS: usize = 600;
+    cfg.end
+        .map(|e| {
+            let secs = e.saturating_duration_since(cfg.ramp_end).as_millis();
+            (secs / TIMELINE_BUCKET.as_millis()) as usize + 2
+        })
+        .unwrap_or(DEFAULT_BUCKETS)
+}
+
+/// The fixed I/O length of `unit` in verify mode (every write and read of a unit
+/// must cover the same blocks for the check to be exact).
+fn unit_blocks(cfg: &JobConfig, unit: u64) -> u32 {
+    let span = u64::from(cfg.max_blocks - cfg.min_blocks) + 1;
+    let mut s = cfg.seed ^ unit;
+    cfg.min_blocks + (splitmix64(&mut s) % span) as u32
+}
+
+impl Job<'_> {
+    fn next_io(&mut self, phase: Phase) -> Option<Planned> {
+        let cfg = self.cfg;
+        match phase {
+            Phase::Main => {
+                if cfg.one_pass && self.issued >= cfg.units {
+                    return None;
+                }
+                self.issued += 1;
+                let unit = if cfg.rw.is_random() {
+                    self.perm.next_index()
+                } else {
+                    let u = self.seq_next;
+                    self.seq_next = if u + 1 >= cfg.units { 0 } else { u + 1 };
+                    u
+                };
+                let nblocks = if cfg.min_blocks == cfg.max_blocks {
+                    cfg.min_blocks
+                } else if cfg.verify {
+                    unit_blocks(cfg, unit)
+                } else {
+                    let span = u64::from(cfg.max_blocks - cfg.min_blocks) + 1;
+                    cfg.min_blocks + self.rng.below(span) as u32
+                };
+                let write = match cfg.rw {
+                    Rw::Read | Rw::RandRead => false,
+                    Rw::Write | Rw::RandWrite => true,
+                    Rw::RandRw => self.rng.below(PERCENT) >= u64::from(cfg.rwmixread),
+                };
+                Some(Planned {
+                    unit,
+                    nblocks,
+                    write,
+                })
+            }
+            Phase::Readback => {
+                while let Some(&g) = self.gens.get(self.readback_next as usize) {
+                    let unit = self.readback_next;
+                    self.readback_next += 1;
+                    if g != 0 {
+                        return Some(Planned {
+                            unit,
+                            nblocks: unit_blocks(cfg, unit),
+                            write: false,
+                        });
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Builds and submits the I/O for slot `s`. `Ok(false)` when the queue has no
+    /// free command id (after a timeout): the caller stops submitting.
+    fn start(&mut self, q: &mut Queue, s: usize, p: Planned, now: Instant) -> Result<bool, Error> {
+        let cfg = self.cfg;
+        let bs = cfg.block_size as usize;
+        let lba = cfg.region_start + p.unit * u64::from(cfg.max_blocks);
+        let len = p.nblocks as usize * bs;
+        let data = self
+            .bufs
+            .get(s)
+            .and_then(|b| b.slice(0, len))
+            .ok_or_else(|| Error::InvalidArgument(format!("slot {s} has no {len}-byte buffer")))?;
+        let mut gen = 0;
+        let (sqe, dir) = if p.write {
+            if cfg.verify {
+                gen = self.next_gen;
+                self.next_gen = self.next_gen.wrapping_add(1).max(1);
+                if let Some(buf) = self.scratch.get_mut(..len) {
+                    verify::stamp(buf, lba, bs, cfg.seed, gen);
+                    data.write_at(0, buf);
+                }
+            }
+            (command::write(cfg.nsid, lba, p.nblocks, false)?, DataDir::ToCtrl)
+        } else {
+            (command::read(cfg.nsid, lba, p.nblocks, false)?, DataDir::FromCtrl)
+        };
+        match q.submit(sqe, Some(&data), dir, s as u64) {
+            Ok(_) => {}
+            Err(Error::QueueFull) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        if let Some(slot) = self.slots.get_mut(s) {
+            *slot = Slot {
+                unit: p.unit,
+                lba,
+                nblocks: p.nblocks,
+                write: p.write,
+                gen,
+                t0: now,
+            };
+        }
+        Ok(true)
+    }
+
+    /// Accounts one completion.
+    fn finish(&mut self, c: &Completion, now: Instant, phase: Phase) {
+        let Some(slot) = self.slots.get(c.tag as usize).copied() else {
+            return;
+        };
+        let cfg = self.cfg;
+        let bs = cfg.block_size as usize;
+        let len = slot.nblocks as usize * bs;
+        if !c.status.is_success() {
+            self.out.errors += 1;
+            self.failed = true;
+            if self.out.first_error.is_none() {
+                let op = if slot.write { "Write" } else { "Read" };
+                self.out.first_error = Some(format!(
+                    "{op} of {} blocks at LBA {}: {}",
+                    slot.nblocks, slot.lba, c.status
+                ));
+            }
+            return;
+        }
+        if cfg.verify {
+            self.verify_completion(&slot, c.tag as usize, len, phase);
+        }
+        if phase == Phase::Main && slot.t0 >= cfg.ramp_end {
+            let ns = now.saturating_duration_since(slot.t0).as_nanos();
+            let ns = u64::try_from(ns).unwrap_or(u64::MAX);
+            let d = if slot.write {
+                &mut self.out.write
+            } else {
+                &mut self.out.read
+            };
+            d.ios += 1;
+            d.bytes += len as u64;
+            d.hist.saturating_record(ns.max(1));
+            let bucket = (now.saturating_duration_since(cfg.ramp_end).as_millis()
+                / TIMELINE_BUCKET.as_millis()) as usize;
+            if bucket >= self.out.timeline.len() {
+                // Grows once per bucket (every 100 ms), not per I/O.
+                self.out.timeline.resize(bucket + 1, 0);
+            }
+            if let Some(b) = self.out.timeline.get_mut(bucket) {
+                *b += 1;
+            }
+            self.last_record = Some(now);
+        }
+    }
+
+    fn verify_completion(&mut self, slot: &Slot, s: usize, len: usize, phase: Phase) {
+        let cfg = self.cfg;
+        let unit = slot.unit as usize;
+        if slot.write {
+            if let Some(g) = self.gens.get_mut(unit) {
+                *g = slot.gen;
+            }
+            return;
+        }
+        let known = self.gens.get(unit).copied().unwrap_or(0);
+        let expect = match (phase, known) {
+            (_, g) if g != 0 => Some(g),
+            // Read-only runs check data an earlier write run left (any generation).
+            (Phase::Main, _) if !cfg.rw.writes() => None,
+            // A unit this mixed run has not written yet holds anything: skip it.
+            _ => return,
+        };
+        let (Some(buf), Some(io)) = (self.scratch.get_mut(..len), self.bufs.get(s)) else {
+            return;
+        };
+        if !io.read_at(0, buf) {
+            return;
+        }
+        self.out.verify.blocks_checked += u64::from(slot.nblocks);
+        if let Err(f) = verify::check(buf, slot.lba, cfg.block_size as usize, cfg.seed, expect) {
+            self.out.verify.fail(f);
+        }
+    }
+
+    fn drive(&mut self, q: &mut Queue, phase: Phase) -> Result<(), Error> {
+        let depth = self.cfg.iodepth as usize;
+        let mut free: Vec<usize> = (0..depth).rev().collect();
+        let mut comps: Vec<Completion> = Vec::with_capacity(depth * 2);
+        let mut inflight = 0usize;
+        let mut idle = 0u32;
+        let mut stop_submit = false;
+        let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
+        loop {
+            if !stop_submit {
+                let now = Instant::now();
+                let mut submitted = 0usize;
+                while let Some(&s) = free.last() {
+                    let Some(p) = self.next_io(phase) else {
+                        stop_submit = true;
+                        break;
+                    };
+                    if !self.start(q, s, p, now)? {
+                        stop_submit = true;
+                        break;
+                    }
+                    free.pop();
+                    inflight += 1;
+                    submitted += 1;
+                }
+                if submitted > 0 {
+                    q.flush()?;
+                }
+            }
+            comps.clear();
+            let polled = q.poll(&mut comps);
+            let now = Instant::now();
+            for c in comps.iter() {
+                self.finish(c, now, phase);
+                free.push(c.tag as usize);
+                inflight = inflight.saturating_sub(1);
+            }
+            // A protocol error leaves the queue broken: stop (the caller records it).
+            polled?;
+            if self.failed {
+                stop_submit = true;
+            }
+            if comps.is_empty() {
+                idle += 1;
+                if idle >= SPIN_POLLS {
+                    q.wait(WAIT_SLICE);
+                    idle = 0;
+                }
+            } else {
+                idle = 0;
+            }
+            if now >= next_housekeeping {
+                next_housekeeping = now + HOUSEKEEPING;
+                if phase == Phase::Main && self.cfg.end.is_some_and(|e| now >= e) {
+                    stop_submit = true;
+                }
+                if self.stop.load(Ordering::Relaxed) {
+                    stop_submit = true;
+                }
+                // Timed-out commands come back through the next poll as errors.
+                let _ = q.expire(now);
+                let total = &self.out;
+                self.progress
+                    .ios
+                    .store(total.read.ios + total.write.ios, Ordering::Relaxed);
+                self.progress
+                    .bytes
+                    .store(total.read.bytes + total.write.bytes, Ordering::Relaxed);
+            }
+            if stop_submit && inflight == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    fn record_error(&mut self, e: &Error) {
+        self.out.errors += 1;
+        self.failed = true;
+        if self.out.first_error.is_none() {
+            self.out.first_error = Some(e.to_string());
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Data verification for `perf --verify`: every written logical block starts with a
+//! header naming it (magic, LBA, run seed, write generation) and the rest of the block
+//! is a pattern derived from that header, so a read can tell a correct block from a
+//! stale, misplaced, torn or never-written one.
+//!
+//! ```text
+//! 0..8   magic "NVMFVRFY"      8..16  LBA       16..24 seed
+//! 24..28 generation (u32)      28..32 zero      32..   splitmix64(lba, seed, gen) stream
+//! ```
+
+use super::rng::splitmix64;
+
+/// Marks a block written by perf.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"NVMFVRFY");
+/// Header bytes at the start of each block.
+pub const HEADER_LEN: usize = 32;
+/// Bytes produced per pattern step.
+const WORD: usize = 8;
+
+mod off {
+    use core::ops::Range;
+    pub const MAGIC: Range<usize> = 0..8;
+    pub const LBA: Range<usize> = 8..16;
+    pub const SEED: Range<usize> = 16..24;
+    pub const GEN: Range<usize> = 24..28;
+}
+
+/// Why a block failed verification.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyFailure {
+    pub lba: u64,
+    pub reason: String,
+}
+
+impl std::fmt::Display for VerifyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LBA {}: {}", self.lba, self.reason)
+    }
+}
+
+fn pattern_seed(lba: u64, seed: u64, gen: u32) -> u64 {
+    let mut s = lba ^ seed.rotate_left(17) ^ (u64::from(gen) << 40);
+    splitmix64(&mut s)
+}
+
+fn read_u64(b: &[u8], r: core::ops::Range<usize>) -> u64 {
+    b.get(r)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn read_u32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
+    b.get(r)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// Stamps every `block_size` block of `buf` (whose first block is `first_lba`).
+pub fn stamp(buf: &mut [u8], first_lba: u64, block_size: usize, seed: u64, gen: u32) {
+    if block_size < HEADER_LEN {
+        return;
+    }
+    for (i, block) in buf.chunks_exact_mut(block_size).enumerate() {
+        let lba = first_lba + i as u64;
+        let (head, body) = block.split_at_mut(HEADER_LEN);
+        head.fill(0);
+        head[off::MAGIC].copy_from_slice(&MAGIC.to_le_bytes());
+        head[off::LBA].copy_from_slice(&lba.to_le_bytes());
+        head[off::SEED].copy_from_slice(&seed.to_le_bytes());
+        head[off::GEN].copy_from_slice(&gen.to_le_bytes());
+        let mut s = pattern_seed(lba, seed, gen);
+        for w in body.chunks_mut(WORD) {
+            let v = splitmix64(&mut s).to_le_bytes();
+            let n = w.len();
+            w.copy_from_slice(&v[..n]);
+        }
+    }
+}
+
+/// Checks every block of `buf`: header magic, LBA, seed, generation (when `expect_gen`
+/// is given; otherwise any generation whose pattern matches), and the pattern.
+/// Returns the first failure.
+pub fn check(
+    buf: &[u8],
+    first_lba: u64,
+    block_size: usize,
+    seed: u64,
+    expect_gen: Option<u32>,
+) -> Result<(), VerifyFailure> {
+    if block_size < HEADER_LEN {
+        return Ok(());
+    }
+    for (i, block) in buf.chunks_exact(block_size).enumerate() {
+        let lba = first_lba + i as u64;
+        let fail = |reason: String| Err(VerifyFailure { lba, reason });
+        let magic = read_u64(block, off::MAGIC);
+        if magic != MAGIC {
+            return fail(if block.iter().all(|&b| b == 0) {
+                "block is all zeroes (never written?)".into()
+            } else {
+                format!("bad magic {magic:#018x}")
+            });
+        }
+        let got_lba = read_u64(block, off::LBA);
+        if got_lba != lba {
+            return fail(format!("block carries LBA {got_lba} (misplaced write)"));
+        }
+        let got_seed = read_u64(block, off::SEED);
+        if got_seed != seed {
+            return fail(format!("written by another run (seed {got_seed:#x})"));
+        }
+        let gen = read_u32(block, off::GEN);
+        if let Some(want) = expect_gen {
+            if gen != want {
+                return fail(format!("generation {gen}, expected {want} (stale data)"));
+            }
+        }
+        let mut s = pattern_seed(lba, seed, gen);
+        for (j, w) in block.get(HEADER_LEN..).unwrap_or(&[]).chunks(WORD).enumerate() {
+            let v = splitmix64(&mut s).to_le_bytes();
+            if v.get(..w.len()) != Some(w) {
+                return fail(format!(
+                    "pattern mismatch at byte {} of the block",
+                    HEADER_LEN + j * WORD
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_then_check() {
+        let bs = 512;
+        let mut buf = vec![0u8; 4 * bs];
+        stamp(&mut buf, 100, bs, 0xABCD, 7);
+        assert_eq!(&buf[0..8], b"NVMFVRFY");
+        assert_eq!(&buf[bs + 8..bs + 16], &101u64.to_le_bytes());
+        assert_eq!(check(&buf, 100, bs, 0xABCD, Some(7)), Ok(()));
+        assert_eq!(check(&buf, 100, bs, 0xABCD, None), Ok(()));
+        // 4 KiB blocks too.
+        let mut big = vec![0u8; 2 * 4096];
+        stamp(&mut big, 0, 4096, 1, 1);
+        assert!(check(&big, 0, 4096, 1, Some(1)).is_ok());
+    }
+
+    #[test]
+    fn detects_each_kind_of_corruption() {
+        let bs = 512;
+        let mut buf = vec![0u8; 2 * bs];
+        stamp(&mut buf, 10, bs, 5, 3);
+        let e = check(&buf, 10, bs, 5, Some(4)).unwrap_err();
+        assert_eq!(e.lba, 10);
+        assert!(e.reason.contains("stale"));
+        let e = check(&buf, 11, bs, 5, None).unwrap_err();
+        assert!(e.reason.contains("misplaced"));
+        let e = check(&buf, 10, bs, 6, None).unwrap_err();
+        assert!(e.reason.contains("another run"));
+        let mut torn = buf.clone();
+        torn[bs + 300] ^= 0xFF;
+        let e = check(&torn, 10, bs, 5, Some(3)).unwrap_err();
+        assert_eq!(e.lba, 11);
+        assert!(e.reason.contains("pattern mismatch at byte 296"), "{e}");
+        let zeros = vec![0u8; bs];
+        assert!(check(&zeros, 0, bs, 5, None).unwrap_err().reason.contains("zeroes"));
+        let mut junk = vec![0u8; bs];
+        junk[0] = 1;
+        assert!(check(&junk, 0, bs, 5, None).unwrap_err().reason.contains("magic"));
+    }
+}
