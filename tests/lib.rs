@@ -1,1 +1,114 @@
-//! Helpers shared by the end-to-end tests.
+//! Helpers shared by the end-to-end tests: an in-process target on the loopback
+//! transport (NVMe/RDMA on the software verbs provider) and a host connected to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvmf_common::config::{Config, TrType};
+use nvmf_common::types::Nqn;
+use nvmf_initiator::controller::{ConnectOptions, Controller};
+use nvmf_initiator::loopback::{start_loopback_config, LoopbackTarget};
+use nvmf_initiator::queue::{Completion, Queue};
+use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
+
+/// The subsystem every test target serves.
+pub const TEST_NQN: &str = "nqn.2024-01.io.nvmf-rs:test";
+/// The host NQN tests connect as.
+pub const TEST_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001";
+pub const TEST_HOSTID: [u8; 16] = [0x11; 16];
+
+/// A running loopback target and a fabric to it.
+pub struct Env {
+    pub target: LoopbackTarget,
+    pub fabric: Arc<dyn Fabric>,
+    pub nqn: Nqn,
+}
+
+/// Logs to the test output when `RUST_LOG` is set.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A config with one loopback port and one subsystem holding `namespaces`.
+pub fn config(namespaces: &[&str]) -> Config {
+    let nqn = Nqn::new(TEST_NQN).ok();
+    let mut cfg = Config::single(
+        TrType::Loopback,
+        None,
+        nqn,
+        namespaces.iter().map(|s| s.to_string()).collect(),
+    )
+    .unwrap_or_else(|e| panic!("test config: {e}"));
+    cfg.transport.max_queue_size = 256;
+    cfg
+}
+
+/// Starts a target for `cfg`.
+pub fn start(cfg: &Config) -> Env {
+    init_logs();
+    let (fabric, target, nqn) =
+        start_loopback_config(cfg).unwrap_or_else(|e| panic!("start loopback target: {e}"));
+    Env {
+        target,
+        fabric,
+        nqn,
+    }
+}
+
+pub fn hostnqn() -> Nqn {
+    Nqn::new(TEST_HOSTNQN).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Options for the test host: `nr_io` queues of `queue_size` entries.
+pub fn options(env: &Env, nr_io: u16, queue_size: u16) -> ConnectOptions {
+    let mut o = ConnectOptions::new(env.nqn.clone(), hostnqn(), TEST_HOSTID);
+    o.nr_io_queues = nr_io;
+    o.queue_size = queue_size;
+    o.command_timeout = Duration::from_secs(10);
+    o
+}
+
+/// Connects a controller with `nr_io` I/O queues.
+pub fn connect(env: &Env, nr_io: u16, queue_size: u16) -> Controller {
+    Controller::connect(env.fabric.clone(), options(env, nr_io, queue_size))
+        .unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
+/// Connects one raw queue (no NVMe Connect yet) for protocol-level tests.
+pub fn raw_queue(env: &Env, qid: u16, depth: u16) -> Queue {
+    let t = env
+        .fabric
+        .connect_queue(&QueueParams {
+            qid: nvmf_common::types::Qid(qid),
+            depth,
+            in_capsule_data: 0,
+            connect_timeout: Duration::from_secs(5),
+        })
+        .unwrap_or_else(|e| panic!("raw queue: {e}"));
+    let mut q = Queue::new(t);
+    q.set_timeout(Duration::from_secs(10));
+    q
+}
+
+/// Runs one command on a raw queue and returns its completion.
+pub fn exec(q: &mut Queue, sqe: [u8; 64], data: Option<&IoBuf>, dir: DataDir) -> Completion {
+    q.execute(sqe, data, dir, Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("execute: {e}"))
+}
+
+/// Deterministic pattern for block `lba` of a test run `seed`.
+pub fn pattern(seed: u64, lba: u64, len: usize) -> Vec<u8> {
+    let mut x = seed ^ lba.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

@@ -9,8 +9,8 @@
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
 use nvmf_common::wire::admin::{self, cns, opcode as admin_op};
 use nvmf_common::wire::fabrics::{
-    fctype, prop_size, reg, ConnectCmd, ConnectData, DisconnectCmd, PropertyGetCmd,
-    PropertySetCmd, CONNECT_DATA_LEN, NVMF_RECFMT_1_0,
+    fctype, prop_size, reg, ConnectCmd, ConnectData, DisconnectCmd, PropertyGetCmd, PropertySetCmd,
+    CONNECT_DATA_LEN, NVMF_RECFMT_1_0,
 };
 use nvmf_common::wire::nvm::{self, control, dsm_attr, opcode as nvm_op, DsmRange};
 use nvmf_common::wire::sqe::{psdt, Sqe, SQE_LEN};
@@ -29,10 +29,10 @@ const DWORD: u64 = 4;
 /// The largest Get Log Page transfer: NUMD is 32 bits, 0-based.
 const MAX_LOG_DWORDS: u64 = 1 << 32;
 
-/// Length of one Dataset Management range descriptor.
-pub use nvm::DSM_RANGE_LEN;
 /// The most ranges one Dataset Management command carries.
 pub use nvm::DSM_MAX_RANGES;
+/// Length of one Dataset Management range descriptor.
+pub use nvm::DSM_RANGE_LEN;
 
 /// An SQE with `opcode` and PSDT = SGL, everything else zero.
 fn base(opcode: u8) -> Sqe<SqeBytes> {
@@ -147,13 +147,19 @@ pub fn identify_ns_descriptors(nsid: Nsid) -> SqeBytes {
 
 /// Get Log Page `lid` for `nsid`: `len` bytes (a non-zero multiple of 4) at byte
 /// `offset`; `rae` retains the asynchronous event.
-pub fn get_log_page(lid: u8, nsid: Nsid, len: u64, offset: u64, rae: bool) -> Result<SqeBytes, Error> {
-    if len == 0 || len % DWORD != 0 || len / DWORD > MAX_LOG_DWORDS {
+pub fn get_log_page(
+    lid: u8,
+    nsid: Nsid,
+    len: u64,
+    offset: u64,
+    rae: bool,
+) -> Result<SqeBytes, Error> {
+    if len == 0 || !len.is_multiple_of(DWORD) || len / DWORD > MAX_LOG_DWORDS {
         return Err(Error::InvalidArgument(format!(
             "log page length {len} must be a non-zero multiple of 4 up to 16 GiB"
         )));
     }
-    if offset % DWORD != 0 {
+    if !offset.is_multiple_of(DWORD) {
         return Err(Error::InvalidArgument(format!(
             "log page offset {offset} must be a multiple of 4"
         )));
@@ -465,7 +471,10 @@ mod tests {
         assert!(deallocate(Nsid(1), 257).is_err());
         let data = dsm_range_data(&[(0x1122, 16), (5, 1)]);
         assert_eq!(data.len(), 32);
-        assert_eq!(&data[0..16], &[0, 0, 0, 0, 16, 0, 0, 0, 0x22, 0x11, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            &data[0..16],
+            &[0, 0, 0, 0, 16, 0, 0, 0, 0x22, 0x11, 0, 0, 0, 0, 0, 0]
+        );
         assert_eq!(io_name(nvm_op::WRITE_ZEROES), "Write Zeroes");
         assert_eq!(name(&connect(Qid(0), 1, 0)), "Connect");
         assert_eq!(name(&keep_alive()), "Keep Alive");

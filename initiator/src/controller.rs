@@ -30,8 +30,7 @@ use tracing::{debug, info, trace, warn};
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
 use nvmf_common::wire::admin::{fid, num_queues_decode, sel};
 use nvmf_common::wire::fabrics::{
-    ams, cc_css, reg, shst, shn, vs_parts, Cap, Cc, Csts,
-    CONNECT_IATTR_DATA,
+    ams, cc_css, reg, shn, shst, vs_parts, Cap, Cc, Csts, CONNECT_IATTR_DATA,
 };
 use nvmf_common::wire::identify::{
     cntrltype, flbas, parse_ns_id_descriptors, parse_ns_list, IdentifyController,
@@ -327,28 +326,24 @@ impl KeepAlive {
         let (tx, rx) = mpsc::channel::<()>();
         let handle = std::thread::Builder::new()
             .name("nvmf-keep-alive".into())
-            .spawn(move || loop {
+            .spawn(move || {
                 // A message or a dropped sender both mean stop.
-                match rx.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => break,
-                }
-                let r = admin.lock().execute(
-                    command::keep_alive(),
-                    None,
-                    DataDir::None,
-                    timeout,
-                );
-                match r {
-                    Ok(c) if c.status.is_success() => trace!("keep alive ok"),
-                    Ok(c) => {
-                        warn!(status = %c.status, "Keep Alive failed");
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "Keep Alive failed; stopping keep-alive");
-                        failed.store(true, Ordering::Relaxed);
-                        break;
+                while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(interval) {
+                    let r =
+                        admin
+                            .lock()
+                            .execute(command::keep_alive(), None, DataDir::None, timeout);
+                    match r {
+                        Ok(c) if c.status.is_success() => trace!("keep alive ok"),
+                        Ok(c) => {
+                            warn!(status = %c.status, "Keep Alive failed");
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            warn!(error = %e, "Keep Alive failed; stopping keep-alive");
+                            failed.store(true, Ordering::Relaxed);
+                            break;
+                        }
                     }
                 }
             })?;
@@ -388,7 +383,9 @@ pub struct Controller {
     id_raw: Vec<u8>,
     id: ControllerIdentity,
     namespaces: Vec<NamespaceInfo>,
-    io_queues: Vec<Queue>,
+    /// I/O queues not yet taken. Behind a mutex only so that `Controller` is `Sync`
+    /// (shared as `Arc<Controller>` by threads that each own a taken queue).
+    io_queues: Mutex<Vec<Queue>>,
     io_queue_count: u16,
     io_queue_depth: u16,
     keep_alive: Option<KeepAlive>,
@@ -456,7 +453,7 @@ impl Controller {
             id_raw,
             id,
             namespaces: Vec::new(),
-            io_queues: Vec::new(),
+            io_queues: Mutex::new(Vec::new()),
             io_queue_count: 0,
             io_queue_depth: 0,
             keep_alive: None,
@@ -507,7 +504,11 @@ impl Controller {
         let granted = u32::from(nsqa.min(ncqa)) + 1;
         let count = u16::try_from(granted.min(u32::from(requested))).unwrap_or(requested);
         if count < requested {
-            info!(requested, granted = count, "target granted fewer I/O queues");
+            info!(
+                requested,
+                granted = count,
+                "target granted fewer I/O queues"
+            );
         }
         let mqes_entries = u32::from(self.cap.mqes()) + 1;
         let mut depth = u32::from(self.opts.queue_size).min(mqes_entries);
@@ -546,7 +547,7 @@ impl Controller {
                 self.cntlid,
             )?;
             q.set_timeout(self.opts.command_timeout);
-            self.io_queues.push(q);
+            self.io_queues.get_mut().push(q);
         }
         self.io_queue_count = count;
         self.io_queue_depth = depth;
@@ -709,7 +710,7 @@ impl Controller {
         offset: u64,
     ) -> Result<Vec<u8>, Error> {
         const DWORD: usize = 4;
-        if len == 0 || len % DWORD != 0 {
+        if len == 0 || !len.is_multiple_of(DWORD) {
             return Err(Error::InvalidArgument(format!(
                 "log page length {len} must be a non-zero multiple of 4"
             )));
@@ -763,7 +764,7 @@ impl Controller {
     /// Hands the connected I/O queues to the caller (each then belongs to one thread).
     /// A second call returns an empty vector.
     pub fn take_io_queues(&mut self) -> Vec<Queue> {
-        std::mem::take(&mut self.io_queues)
+        std::mem::take(self.io_queues.get_mut())
     }
 
     /// I/O queues connected at bring-up (whether taken or not).
@@ -799,8 +800,14 @@ impl Controller {
             ka.stop();
         }
         let mut first_err: Option<Error> = None;
-        for q in self.io_queues.iter_mut() {
-            if let Err(e) = q.execute(command::disconnect(), None, DataDir::None, DISCONNECT_TIMEOUT)
+        for q in self.io_queues.get_mut().iter_mut() {
+            if let Err(e) = q
+                .execute(
+                    command::disconnect(),
+                    None,
+                    DataDir::None,
+                    DISCONNECT_TIMEOUT,
+                )
                 .and_then(|c| check_status("Disconnect", c.status))
             {
                 debug!(qid = %q.qid(), error = %e, "Disconnect failed");
@@ -829,7 +836,7 @@ impl Drop for Controller {
         if let Some(mut ka) = self.keep_alive.take() {
             ka.stop();
         }
-        for q in self.io_queues.iter_mut() {
+        for q in self.io_queues.get_mut().iter_mut() {
             q.close();
         }
         self.admin.lock().close();
@@ -863,14 +870,24 @@ fn fabrics_connect(
     let data = command::connect_data(opts.hostid, cntlid, &opts.subnqn, &opts.hostnqn);
     let buf = fabric.alloc(data.len())?;
     if !buf.write_at(0, &data) {
-        return Err(Error::Protocol("Connect data does not fit its buffer".into()));
+        return Err(Error::Protocol(
+            "Connect data does not fit its buffer".into(),
+        ));
     }
     let kato = if qid.is_admin() { opts.kato_ms } else { 0 };
     let sqe = command::connect(qid, depth - 1, kato);
-    let c = q.execute(sqe, Some(&buf), DataDir::ToCtrl, opts.connect_timeout.max(opts.command_timeout))?;
+    let c = q.execute(
+        sqe,
+        Some(&buf),
+        DataDir::ToCtrl,
+        opts.connect_timeout.max(opts.command_timeout),
+    )?;
     if !c.status.is_success() {
         let mut what = format!("Connect (qid {qid}, {})", opts.subnqn);
-        if c.status.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS) {
+        if c.status.is(
+            Sct::CommandSpecific,
+            cmd_specific::CONNECT_INVALID_PARAMETERS,
+        ) {
             // dw0: IATTR bit 16 says whether IPO (bits 15:0) points into the data.
             let in_data = c.dw0 & CONNECT_IATTR_DATA != 0;
             let ipo = (c.dw0 & 0xFFFF) as u16;
@@ -966,7 +983,10 @@ mod tests {
     use crate::testing::fake_target::{FakeTarget, FakeTargetConfig};
 
     fn host() -> (Nqn, [u8; 16]) {
-        (Nqn::new("nqn.2014-08.org.nvmexpress:uuid:test").unwrap(), [7u8; 16])
+        (
+            Nqn::new("nqn.2014-08.org.nvmexpress:uuid:test").unwrap(),
+            [7u8; 16],
+        )
     }
 
     fn opts(sub: &str) -> ConnectOptions {
@@ -1003,7 +1023,11 @@ mod tests {
             "prop_get 0x1c",
         ];
         assert_eq!(&log[..5], &expect_prefix);
-        let rest: Vec<&str> = log[5..].iter().map(|s| s.as_str()).filter(|s| !s.starts_with("prop_get 0x1c")).collect();
+        let rest: Vec<&str> = log[5..]
+            .iter()
+            .map(|s| s.as_str())
+            .filter(|s| !s.starts_with("prop_get 0x1c"))
+            .collect();
         assert_eq!(rest[0], "identify cns 1");
         assert_eq!(rest[1], "set_features 7 0x10001");
         assert_eq!(rest[2], "connect qid 1 cntlid 5");
@@ -1018,6 +1042,12 @@ mod tests {
         drop(qs);
         ctrl.shutdown().unwrap();
         assert!(t.log().iter().any(|s| s == "prop_set 0x14 0x464001"));
+    }
+
+    #[test]
+    fn controller_is_shareable() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Controller>();
     }
 
     #[test]
@@ -1038,7 +1068,10 @@ mod tests {
         let r = Controller::connect(t.fabric(), opts("nqn.2024-01.io.example:other"));
         let e = r.err().unwrap();
         let s = e.status().unwrap();
-        assert!(s.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS));
+        assert!(s.is(
+            Sct::CommandSpecific,
+            cmd_specific::CONNECT_INVALID_PARAMETERS
+        ));
         assert!(e.to_string().contains("Connect data byte 256"), "{e}");
     }
 
@@ -1079,7 +1112,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         let m = t.log().iter().filter(|s| *s == "keep_alive").count();
         assert_eq!(n, m, "keep-alive stopped on drop");
-        let conn = t.log().iter().find(|s| s.starts_with("connect qid 0")).cloned();
+        let conn = t
+            .log()
+            .iter()
+            .find(|s| s.starts_with("connect qid 0"))
+            .cloned();
         assert_eq!(conn.as_deref(), Some("connect qid 0 cntlid 65535"));
         assert!(t.log().iter().any(|s| s == "kato 40"));
     }
@@ -1094,8 +1131,15 @@ mod tests {
         let page = ctrl.get_log_page(0xC0, Nsid::NONE, 20 * 1024, 0).unwrap();
         assert_eq!(page.len(), 20 * 1024);
         // The fake fills log bytes with (offset / 4) as u8 patterns: check continuity.
-        assert!(page.iter().enumerate().all(|(i, &b)| b == ((i / 4) % 251) as u8));
-        let gets = t.log().iter().filter(|s| s.starts_with("get_log 0xc0")).count();
+        assert!(page
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == ((i / 4) % 251) as u8));
+        let gets = t
+            .log()
+            .iter()
+            .filter(|s| s.starts_with("get_log 0xc0"))
+            .count();
         assert_eq!(gets, 3);
         assert!(ctrl.get_log_page(0xC0, Nsid::NONE, 6, 0).is_err());
     }

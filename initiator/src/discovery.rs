@@ -13,9 +13,8 @@ use tracing::{debug, warn};
 
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::wire::log::{
-    adrfam, disc_log_entry_offset, disc_log_len, eflags, lid, rdma_cms, rdma_prtype,
-    rdma_qptype, subtype, tcp_sectype, treq, trtype, DiscoveryLogEntry, DiscoveryLogHeader,
-    DISC_LOG_HEADER_LEN,
+    adrfam, disc_log_entry_offset, disc_log_len, eflags, lid, rdma_cms, rdma_prtype, rdma_qptype,
+    subtype, tcp_sectype, treq, trtype, DiscoveryLogEntry, DiscoveryLogHeader, DISC_LOG_HEADER_LEN,
 };
 
 use crate::controller::{ConnectOptions, Controller};
@@ -153,7 +152,10 @@ pub fn read_discovery_log(ctrl: &Controller) -> Result<DiscoveryLog, Error> {
         if page_gen == genctr && after_gen == genctr && page_numrec == numrec {
             return parse_discovery_log(&page);
         }
-        debug!(attempt, genctr, page_gen, after_gen, "discovery log changed while reading");
+        debug!(
+            attempt,
+            genctr, page_gen, after_gen, "discovery log changed while reading"
+        );
     }
     Err(Error::Protocol(format!(
         "discovery log kept changing over {MAX_READ_TRIES} reads"
@@ -171,6 +173,16 @@ pub fn discover_log(
     let mut opts = ConnectOptions::discovery(hostnqn.clone(), hostid);
     opts.command_timeout = timeout;
     opts.connect_timeout = timeout;
+    discover_log_with(fabric, opts)
+}
+
+/// [`discover_log`] with full connect options (keep-alive, queue size, a referral's
+/// NQN); `opts.nr_io_queues` is ignored, discovery controllers have none.
+pub fn discover_log_with(
+    fabric: Arc<dyn Fabric>,
+    mut opts: ConnectOptions,
+) -> Result<DiscoveryLog, Error> {
+    opts.nr_io_queues = 0;
     let ctrl = Controller::connect(fabric, opts)?;
     let log = read_discovery_log(&ctrl);
     if let Err(e) = ctrl.shutdown() {

@@ -48,7 +48,12 @@ pub struct HostIdentity {
 impl HostIdentity {
     /// The identity from explicit values, else `/etc/nvme`, else generated.
     pub fn load(hostnqn: Option<&str>, hostid: Option<&str>) -> Result<HostIdentity, Error> {
-        HostIdentity::load_from(Path::new(HOSTNQN_FILE), Path::new(HOSTID_FILE), hostnqn, hostid)
+        HostIdentity::load_from(
+            Path::new(HOSTNQN_FILE),
+            Path::new(HOSTID_FILE),
+            hostnqn,
+            hostid,
+        )
     }
 
     /// [`HostIdentity::load`] with explicit file locations (tests, containers).
@@ -62,9 +67,8 @@ impl HostIdentity {
             Some(s) => Some(parse_hostnqn(s)?),
             None => read_file(nqn_file)?
                 .map(|s| {
-                    parse_hostnqn(&s).map_err(|e| {
-                        Error::InvalidArgument(format!("{}: {e}", nqn_file.display()))
-                    })
+                    parse_hostnqn(&s)
+                        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", nqn_file.display())))
                 })
                 .transpose()?,
         };
@@ -72,9 +76,8 @@ impl HostIdentity {
             Some(s) => Some(parse_hostid(s)?),
             None => read_file(id_file)?
                 .map(|s| {
-                    parse_hostid(&s).map_err(|e| {
-                        Error::InvalidArgument(format!("{}: {e}", id_file.display()))
-                    })
+                    parse_hostid(&s)
+                        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", id_file.display())))
                 })
                 .transpose()?,
         };
@@ -221,8 +224,8 @@ mod tests {
         assert!(HostIdentity::load_from(&nf, &idf, None, None).is_err());
 
         // Explicit values win over files.
-        let h = HostIdentity::load_from(&nf, &idf, Some("nqn.2024-01.io.example:h"), Some(U))
-            .unwrap();
+        let h =
+            HostIdentity::load_from(&nf, &idf, Some("nqn.2024-01.io.example:h"), Some(U)).unwrap();
         assert_eq!(h.hostnqn.as_str(), "nqn.2024-01.io.example:h");
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -228,7 +228,7 @@ impl<'a> NsIo<'a> {
     /// Blocks per chunk for a `len`-byte request and a bounce buffer for it.
     fn bounce(&self, len: usize) -> Result<(u32, IoBuf), Error> {
         let bs = self.ns.block_size as usize;
-        if len == 0 || len % bs != 0 {
+        if len == 0 || !len.is_multiple_of(bs) {
             return Err(Error::InvalidArgument(format!(
                 "{len} bytes is not a non-zero multiple of the {bs}-byte block size"
             )));
@@ -393,7 +393,9 @@ mod tests {
         let mut other = data.clone();
         other[5] ^= 1;
         let e = io.compare(100, &other).unwrap_err();
-        assert!(e.status().is_some_and(|s| s.is(Sct::MediaError, media::COMPARE_FAILURE)));
+        assert!(e
+            .status()
+            .is_some_and(|s| s.is(Sct::MediaError, media::COMPARE_FAILURE)));
         io.write_zeroes(100, 8).unwrap();
         assert!(t.ns_bytes(1, 100 * 512, 8 * 512).iter().all(|&b| b == 0));
         io.deallocate(&[(108, 2), (120, 1)]).unwrap();
@@ -408,7 +410,7 @@ mod tests {
         let before = t.ios();
         // Namespace 3: 100 blocks of 4096.
         assert!(io.read(99, &mut vec![0u8; 2 * 4096]).is_err());
-        assert!(io.read(0, &mut vec![0u8; 100]).is_err());
+        assert!(io.read(0, &mut [0u8; 100]).is_err());
         assert!(io.write_zeroes(u64::MAX, 2).is_err());
         assert!(io.deallocate(&[(0, 101)]).is_err());
         let buf = c.alloc(4096).unwrap();
@@ -416,7 +418,10 @@ mod tests {
         assert!(io.submit_read(1, 0, 0, &buf).is_err());
         assert!(io.submit_read(1, 100, 1, &buf).is_err());
         assert_eq!(t.ios(), before, "nothing reached the target");
-        assert!(NsIo::new(&c, &mut q, Nsid(2)).is_err(), "inactive namespace");
+        assert!(
+            NsIo::new(&c, &mut q, Nsid(2)).is_err(),
+            "inactive namespace"
+        );
     }
 
     #[test]

@@ -196,6 +196,31 @@ impl Queue {
         dir: DataDir,
         tag: u64,
     ) -> Result<Cid, Error> {
+        let now = self.timeout.map(|_| Instant::now());
+        self.submit_inner(sqe, data, dir, tag, now)
+    }
+
+    /// [`Queue::submit`] with the caller's clock reading, for loops that already read
+    /// the clock per batch (the deadline is `now + timeout`).
+    pub fn submit_at(
+        &mut self,
+        sqe: SqeBytes,
+        data: Option<&IoBuf>,
+        dir: DataDir,
+        tag: u64,
+        now: Instant,
+    ) -> Result<Cid, Error> {
+        self.submit_inner(sqe, data, dir, tag, Some(now))
+    }
+
+    fn submit_inner(
+        &mut self,
+        sqe: SqeBytes,
+        data: Option<&IoBuf>,
+        dir: DataDir,
+        tag: u64,
+        now: Option<Instant>,
+    ) -> Result<Cid, Error> {
         if self.closed {
             return Err(Error::Transport(crate::transport::TransportError::Dead(
                 format!("queue {} is closed", self.qid),
@@ -206,7 +231,11 @@ impl Queue {
         let mut s = Sqe::new_unchecked(&mut sqe[..]);
         s.set_cid(cid);
         let opcode = s.opcode();
-        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let deadline = match (self.timeout, now) {
+            (Some(t), Some(now)) => Some(now + t),
+            (Some(t), None) => Some(Instant::now() + t),
+            (None, _) => None,
+        };
         if let Err(e) = self.t.submit(cid, &sqe, data, dir) {
             self.free.push(cid);
             return Err(Error::Transport(e));
@@ -304,7 +333,7 @@ impl Queue {
             if s.state != SlotState::Outstanding {
                 continue;
             }
-            if !s.deadline.is_some_and(|d| d <= now) {
+            if s.deadline.is_none_or(|d| d > now) {
                 continue;
             }
             warn!(qid = %self.qid, cid, opcode = s.opcode, "command timed out");
@@ -474,9 +503,16 @@ mod tests {
         assert_eq!(out[0].cid, Cid(1));
         assert_eq!(out[0].dw0, 0xAB);
         assert!(out[0].status.is_success());
-        assert_eq!(q.submit(read_sqe(), None, DataDir::None, 7).unwrap(), Cid(1));
+        assert_eq!(
+            q.submit(read_sqe(), None, DataDir::None, 7).unwrap(),
+            Cid(1)
+        );
         // Every cid on the wire is one the queue owns, and never one outstanding twice.
-        let sent: Vec<u16> = h.sent().iter().map(|s| Sqe::new_unchecked(&s[..]).cid()).collect();
+        let sent: Vec<u16> = h
+            .sent()
+            .iter()
+            .map(|s| Sqe::new_unchecked(&s[..]).cid())
+            .collect();
         assert!(sent.iter().all(|&c| c < 3));
     }
 
@@ -512,7 +548,10 @@ mod tests {
         q.submit(read_sqe(), None, DataDir::None, 11).unwrap();
         q.flush().unwrap();
         let later = Instant::now() + Duration::from_millis(50);
-        assert_eq!(q.expire(Instant::now() - Duration::from_secs(1)), Vec::<u64>::new());
+        assert_eq!(
+            q.expire(Instant::now() - Duration::from_secs(1)),
+            Vec::<u64>::new()
+        );
         assert_eq!(q.expire(later), vec![10]);
         assert!(q.is_broken());
         assert_eq!((q.outstanding(), q.timed_out()), (1, 1));
@@ -528,11 +567,35 @@ mod tests {
         assert_eq!(q.poll(&mut out).unwrap(), 0);
         h.complete(1, Status::SUCCESS, 0);
         assert_eq!(q.poll(&mut out).unwrap(), 1);
-        assert_eq!(q.submit(read_sqe(), None, DataDir::None, 12).unwrap(), Cid(1));
+        assert_eq!(
+            q.submit(read_sqe(), None, DataDir::None, 12).unwrap(),
+            Cid(1)
+        );
         assert!(matches!(
             q.submit(read_sqe(), None, DataDir::None, 13),
             Err(Error::QueueFull)
         ));
+    }
+
+    #[test]
+    fn submit_at_uses_the_callers_clock() {
+        let (fq, h) = FakeQueue::new(Qid(1), 8);
+        h.set_auto_reply(false);
+        let mut q = Queue::new(Box::new(fq));
+        q.set_timeout(Duration::from_secs(10));
+        let t0 = Instant::now();
+        q.submit_at(read_sqe(), None, DataDir::None, 1, t0).unwrap();
+        q.submit_at(
+            read_sqe(),
+            None,
+            DataDir::None,
+            2,
+            t0 + Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(q.next_deadline(), Some(t0 + Duration::from_secs(10)));
+        assert_eq!(q.expire(t0 + Duration::from_secs(11)), vec![1]);
+        assert_eq!(q.outstanding(), 1);
     }
 
     #[test]
@@ -551,7 +614,12 @@ mod tests {
             dw1: 0,
         });
         let c = q
-            .execute(command::keep_alive(), None, DataDir::None, Duration::from_secs(5))
+            .execute(
+                command::keep_alive(),
+                None,
+                DataDir::None,
+                Duration::from_secs(5),
+            )
             .unwrap();
         assert_eq!(c.cid, Cid(1));
         assert_eq!(c.dw0, 0x55);
@@ -567,12 +635,20 @@ mod tests {
         let (fq, h) = FakeQueue::new(Qid(0), 4);
         h.set_auto_reply(false);
         let mut q = Queue::new(Box::new(fq));
-        let r = q.execute(command::keep_alive(), None, DataDir::None, Duration::from_millis(20));
+        let r = q.execute(
+            command::keep_alive(),
+            None,
+            DataDir::None,
+            Duration::from_millis(20),
+        );
         assert!(matches!(r, Err(Error::Timeout(_))));
         assert!(q.is_broken());
         assert_eq!((q.outstanding(), q.timed_out()), (0, 1));
         // Its cid (0) is not handed out again.
-        assert_eq!(q.submit(read_sqe(), None, DataDir::None, 1).unwrap(), Cid(1));
+        assert_eq!(
+            q.submit(read_sqe(), None, DataDir::None, 1).unwrap(),
+            Cid(1)
+        );
     }
 
     #[test]

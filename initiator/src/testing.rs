@@ -247,20 +247,6 @@ impl Fabric for FakeFabric {
     }
 }
 
-/// A plain buffer for tests that need an [`IoBuf`].
-pub fn iobuf(len: usize) -> IoBuf {
-    let buf = DmaBuffer::new(len.max(1)).map(Arc::new);
-    match buf {
-        Some(buf) => IoBuf {
-            buf,
-            mr: None,
-            offset: 0,
-            len,
-        },
-        None => panic!("allocation of {len} bytes failed"),
-    }
-}
-
 /// An in-memory NVMe-oF target good enough for controller bring-up, discovery and
 /// small I/O: fabrics, admin and NVM commands are answered synchronously on flush.
 pub mod fake_target {
@@ -268,9 +254,8 @@ pub mod fake_target {
     use nvmf_common::types::DISCOVERY_NQN;
     use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_encode};
     use nvmf_common::wire::fabrics::{
-        cap_css, connect_invalid_param_dw0, connect_data_offset, fctype, reg, shst, Cap,
-        Cc, ConnectCmd, ConnectData, Csts, PropertyGetCmd, PropertySetCmd, FABRICS_OPCODE,
-        NVME_VS_1_3,
+        cap_css, connect_data_offset, connect_invalid_param_dw0, fctype, reg, shst, Cap, Cc,
+        ConnectCmd, ConnectData, Csts, PropertyGetCmd, PropertySetCmd, FABRICS_OPCODE, NVME_VS_1_3,
     };
     use nvmf_common::wire::identify::{
         cntrltype, write_active_ns_list, write_ns_id_descriptors, IdentifyController,
@@ -326,9 +311,21 @@ pub mod fake_target {
                 never_ready: false,
                 in_capsule_data: 8192,
                 namespaces: vec![
-                    FakeNs { nsid: 1, nsze: 2048, ds: 9 },
-                    FakeNs { nsid: 2, nsze: 0, ds: 9 },
-                    FakeNs { nsid: 3, nsze: 100, ds: 12 },
+                    FakeNs {
+                        nsid: 1,
+                        nsze: 2048,
+                        ds: 9,
+                    },
+                    FakeNs {
+                        nsid: 2,
+                        nsze: 0,
+                        ds: 9,
+                    },
+                    FakeNs {
+                        nsid: 3,
+                        nsze: 100,
+                        ds: 12,
+                    },
                 ],
                 discovery: Vec::new(),
                 genctr_bumps: 0,
@@ -375,9 +372,11 @@ pub mod fake_target {
             let (c2, s2) = (cfg.clone(), st.clone());
             let factory: ResponderFactory = Arc::new(move |p: &QueueParams| {
                 let (cfg, st, qid) = (c2.clone(), s2.clone(), p.qid);
-                Box::new(move |sqe: &[u8; SQE_LEN], data: Option<&IoBuf>, _dir: DataDir| {
-                    Some(answer(&cfg, &mut st.lock(), qid, sqe, data))
-                }) as Responder
+                Box::new(
+                    move |sqe: &[u8; SQE_LEN], data: Option<&IoBuf>, _dir: DataDir| {
+                        Some(answer(&cfg, &mut st.lock(), qid, sqe, data))
+                    },
+                ) as Responder
             });
             FakeTarget {
                 cfg,
@@ -400,6 +399,17 @@ pub mod fake_target {
         }
         pub fn ios(&self) -> u64 {
             self.st.lock().ios
+        }
+        /// Flips the bits of one byte of namespace `nsid`.
+        pub fn corrupt(&self, nsid: u32, at: usize) {
+            let mut st = self.st.lock();
+            let i = self.cfg.namespaces.iter().position(|n| n.nsid == nsid);
+            if let Some(b) = i
+                .and_then(|i| st.data.get_mut(i))
+                .and_then(|d| d.get_mut(at))
+            {
+                *b ^= 0xFF;
+            }
         }
         /// Bytes of namespace `nsid` at byte offset `at`.
         pub fn ns_bytes(&self, nsid: u32, at: usize, len: usize) -> Vec<u8> {
@@ -485,7 +495,9 @@ pub mod fake_target {
                     };
                 }
                 if c.qid() != qid.0 {
-                    return fail(Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS));
+                    return fail(Status::cmd_specific(
+                        cmd_specific::CONNECT_INVALID_PARAMETERS,
+                    ));
                 }
                 ok(u32::from(cfg.cntlid))
             }

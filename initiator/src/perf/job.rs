@@ -190,6 +190,9 @@ struct Job<'a> {
     out: JobOutcome,
     last_record: Option<Instant>,
     failed: bool,
+    /// Every successful completion, ramp included (for the progress line).
+    done_ios: u64,
+    done_bytes: u64,
 }
 
 /// Runs one job on `q` with one buffer per slot (`bufs.len() >= iodepth`, each at least
@@ -204,7 +207,9 @@ pub fn run_job(
 ) -> Result<JobOutcome, Error> {
     let depth = cfg.iodepth as usize;
     if bufs.len() < depth || cfg.units == 0 {
-        return Err(Error::InvalidArgument("job set up without buffers or region".into()));
+        return Err(Error::InvalidArgument(
+            "job set up without buffers or region".into(),
+        ));
     }
     let max_len = cfg.max_blocks as usize * cfg.block_size as usize;
     let now = Instant::now();
@@ -235,7 +240,11 @@ pub fn run_job(
             Vec::new()
         },
         next_gen: 1,
-        scratch: if cfg.verify { vec![0; max_len] } else { Vec::new() },
+        scratch: if cfg.verify {
+            vec![0; max_len]
+        } else {
+            Vec::new()
+        },
         out: JobOutcome {
             index: cfg.index,
             qid: q.qid().0,
@@ -249,6 +258,8 @@ pub fn run_job(
         },
         last_record: None,
         failed: false,
+        done_ios: 0,
+        done_bytes: 0,
     };
     let mut r = job.drive(q, Phase::Main);
     if r.is_ok() && cfg.verify && cfg.rw.writes() && !job.failed {
@@ -258,13 +269,7 @@ pub fn run_job(
         // A broken queue ends the job; what was measured so far is still reported.
         job.record_error(&e);
     }
-    let out = &job.out;
-    progress
-        .ios
-        .store(out.read.ios + out.write.ios, Ordering::Relaxed);
-    progress
-        .bytes
-        .store(out.read.bytes + out.write.bytes, Ordering::Relaxed);
+    job.publish();
     let end = job.last_record.unwrap_or(cfg.ramp_end);
     job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
     progress.done.store(true, Ordering::Relaxed);
@@ -348,11 +353,17 @@ impl Job<'_> {
         let bs = cfg.block_size as usize;
         let lba = cfg.region_start + p.unit * u64::from(cfg.max_blocks);
         let len = p.nblocks as usize * bs;
-        let data = self
-            .bufs
-            .get(s)
-            .and_then(|b| b.slice(0, len))
-            .ok_or_else(|| Error::InvalidArgument(format!("slot {s} has no {len}-byte buffer")))?;
+        let no_buf = || Error::InvalidArgument(format!("slot {s} has no {len}-byte buffer"));
+        let whole = self.bufs.get(s).ok_or_else(no_buf)?;
+        // A full-size I/O uses the slot's buffer as is; only a shorter one (bs range)
+        // takes a sub-slice, which clones two `Arc`s but allocates nothing.
+        let sliced;
+        let data = if whole.len == len {
+            whole
+        } else {
+            sliced = whole.slice(0, len).ok_or_else(no_buf)?;
+            &sliced
+        };
         let mut gen = 0;
         let (sqe, dir) = if p.write {
             if cfg.verify {
@@ -363,11 +374,17 @@ impl Job<'_> {
                     data.write_at(0, buf);
                 }
             }
-            (command::write(cfg.nsid, lba, p.nblocks, false)?, DataDir::ToCtrl)
+            (
+                command::write(cfg.nsid, lba, p.nblocks, false)?,
+                DataDir::ToCtrl,
+            )
         } else {
-            (command::read(cfg.nsid, lba, p.nblocks, false)?, DataDir::FromCtrl)
+            (
+                command::read(cfg.nsid, lba, p.nblocks, false)?,
+                DataDir::FromCtrl,
+            )
         };
-        match q.submit(sqe, Some(&data), dir, s as u64) {
+        match q.submit_at(sqe, Some(data), dir, s as u64, now) {
             Ok(_) => {}
             Err(Error::QueueFull) => return Ok(false),
             Err(e) => return Err(e),
@@ -404,6 +421,10 @@ impl Job<'_> {
                 ));
             }
             return;
+        }
+        if phase == Phase::Main {
+            self.done_ios += 1;
+            self.done_bytes += len as u64;
         }
         if cfg.verify {
             self.verify_completion(&slot, c.tag as usize, len, phase);
@@ -522,18 +543,20 @@ impl Job<'_> {
                 }
                 // Timed-out commands come back through the next poll as errors.
                 let _ = q.expire(now);
-                let total = &self.out;
-                self.progress
-                    .ios
-                    .store(total.read.ios + total.write.ios, Ordering::Relaxed);
-                self.progress
-                    .bytes
-                    .store(total.read.bytes + total.write.bytes, Ordering::Relaxed);
+                self.publish();
             }
             if stop_submit && inflight == 0 {
                 return Ok(());
             }
         }
+    }
+
+    /// Makes the counters visible to the progress line.
+    fn publish(&self) {
+        self.progress.ios.store(self.done_ios, Ordering::Relaxed);
+        self.progress
+            .bytes
+            .store(self.done_bytes, Ordering::Relaxed);
     }
 
     fn record_error(&mut self, e: &Error) {

@@ -14,9 +14,7 @@ const KIB: u64 = 1024;
 /// (any case, optionally followed by `i`, `b` or `ib`), like fio's `bs=4k`.
 pub fn parse_size(s: &str) -> Result<u64, Error> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let bad = || Error::InvalidArgument(format!("invalid size {s:?} (e.g. 4096, 4k, 1G)"));
     let n: u64 = num.parse().map_err(|_| bad())?;
@@ -42,9 +40,7 @@ pub fn parse_size(s: &str) -> Result<u64, Error> {
 /// a bare number is seconds (fio's `runtime=5`).
 pub fn parse_duration(s: &str) -> Result<Duration, Error> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let bad = || Error::InvalidArgument(format!("invalid duration {s:?} (e.g. 5, 5s, 500ms, 2m)"));
     let n: u64 = num.parse().map_err(|_| bad())?;
@@ -88,7 +84,7 @@ impl BsSpec {
     pub fn blocks(&self, block_size: u32) -> Result<(u32, u32), Error> {
         let bs = u64::from(block_size.max(1));
         let conv = |v: u64| -> Result<u32, Error> {
-            if v == 0 || v % bs != 0 {
+            if v == 0 || !v.is_multiple_of(bs) {
                 return Err(Error::InvalidArgument(format!(
                     "block size {v} is not a multiple of the namespace's {bs}-byte blocks"
                 )));

@@ -116,7 +116,12 @@ pub fn check(
             }
         }
         let mut s = pattern_seed(lba, seed, gen);
-        for (j, w) in block.get(HEADER_LEN..).unwrap_or(&[]).chunks(WORD).enumerate() {
+        for (j, w) in block
+            .get(HEADER_LEN..)
+            .unwrap_or(&[])
+            .chunks(WORD)
+            .enumerate()
+        {
             let v = splitmix64(&mut s).to_le_bytes();
             if v.get(..w.len()) != Some(w) {
                 return fail(format!(
@@ -166,9 +171,15 @@ mod tests {
         assert_eq!(e.lba, 11);
         assert!(e.reason.contains("pattern mismatch at byte 296"), "{e}");
         let zeros = vec![0u8; bs];
-        assert!(check(&zeros, 0, bs, 5, None).unwrap_err().reason.contains("zeroes"));
+        assert!(check(&zeros, 0, bs, 5, None)
+            .unwrap_err()
+            .reason
+            .contains("zeroes"));
         let mut junk = vec![0u8; bs];
         junk[0] = 1;
-        assert!(check(&junk, 0, bs, 5, None).unwrap_err().reason.contains("magic"));
+        assert!(check(&junk, 0, bs, 5, None)
+            .unwrap_err()
+            .reason
+            .contains("magic"));
     }
 }

@@ -49,6 +49,8 @@ const ADAPTIVE_SPIN: Duration = Duration::from_micros(200);
 const MAX_SLEEP_MS: i32 = 50;
 /// How often queues are checked for dead controllers and keep-alive expiry.
 const TIMER_PERIOD: Duration = Duration::from_millis(20);
+/// How long a completion of an unknown QP is kept for its queue to arrive.
+const ORPHAN_TTL: Duration = Duration::from_secs(2);
 /// Default data arena per poll group.
 pub const DEFAULT_ARENA_BYTES: usize = 64 << 20;
 
@@ -170,6 +172,10 @@ struct Group {
     dirty: Vec<u16>,
     /// QP number → queue index, to route completions.
     by_qp: std::collections::HashMap<u32, u16>,
+    /// Completions of QPs the group does not know yet: the host may send its first
+    /// capsule before the listener's hand-over reaches us. Replayed when the queue
+    /// arrives; dropped after [`ORPHAN_TTL`] (those belong to queues already freed).
+    orphans: Vec<(Instant, WorkCompletion)>,
     wc_buf: Vec<WorkCompletion>,
     sge_buf: Vec<Sge>,
 }
@@ -210,6 +216,7 @@ pub fn spawn(
         mode,
         dirty: Vec::new(),
         by_qp: std::collections::HashMap::new(),
+        orphans: Vec::new(),
         wc_buf: vec![WorkCompletion::EMPTY; POLL_BATCH],
         sge_buf: Vec::new(),
     };
@@ -343,6 +350,17 @@ impl Group {
             }
         };
         self.by_qp.insert(qp_num, qi as u16);
+        if !self.orphans.is_empty() {
+            let now = Instant::now();
+            let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
+                .into_iter()
+                .filter(|(t, _)| now.duration_since(*t) < ORPHAN_TTL)
+                .partition(|(_, wc)| wc.qp_num == qp_num);
+            self.orphans = rest;
+            for (_, wc) in mine {
+                self.on_completion(&wc);
+            }
+        }
     }
 
     fn queue_mut(&mut self, qi: u16, gen: u16) -> Option<&mut Queue> {
@@ -361,7 +379,8 @@ impl Group {
     fn on_completion(&mut self, wc: &WorkCompletion) {
         let (kind, si) = verbs_wr_id_parts(wc.wr_id);
         let Some(&qi) = self.by_qp.get(&wc.qp_num) else {
-            return; // a stale completion of a freed queue
+            self.orphans.push((Instant::now(), *wc));
+            return;
         };
         let Some(Some(q)) = self.queues.get_mut(usize::from(qi)) else {
             return;

@@ -1,0 +1,380 @@
+//! `perf`: a fio-like load generator on the host library.
+//!
+//! Owned by the host library. [`run`] takes a connected [`Controller`]'s I/O queues
+//! (from [`Controller::take_io_queues`]) and runs `numjobs` jobs, each on its own thread
+//! and its own queue, each keeping `iodepth` commands in flight (see [`job`] for the
+//! measured loop). Jobs work on disjoint slices of the LBA span (like fio's
+//! `offset_increment`), so `--verify` can check every block exactly. Latency is
+//! recorded per I/O into HDR histograms (nanoseconds); the report has IOPS and
+//! bandwidth per job and in total, percentiles, CPU time of the process, an IOPS
+//! timeline, and renders as text, JSON (fio-like field names) or an SVG plot.
+
+pub mod job;
+pub mod parse;
+pub mod report;
+pub mod rng;
+pub mod svg;
+pub mod verify;
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tracing::debug;
+
+use nvmf_common::types::Nsid;
+
+use crate::controller::{Controller, NamespaceInfo};
+use crate::error::Error;
+use crate::namespace::max_blocks_per_command;
+use crate::queue::Queue;
+use crate::transport::{Fabric, IoBuf};
+
+pub use job::{DirStats, JobOutcome, VerifySummary};
+pub use parse::{parse_duration, parse_size, BsSpec, Rw};
+pub use report::{CpuUsage, PerfReport};
+
+/// The default seed: fixed, so a `--verify` read run checks what an earlier write run
+/// with default options wrote.
+pub const DEFAULT_SEED: u64 = 0x6E76_6D66_7065_7266;
+/// Most units (I/O-sized slices) a verifying job tracks: 4 bytes each.
+pub const MAX_VERIFY_UNITS: u64 = 64 * 1024 * 1024;
+/// How often the progress line is redrawn.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the coordinator checks whether the jobs finished.
+const COORDINATOR_TICK: Duration = Duration::from_millis(20);
+/// Bytes per megabyte in the progress line (decimal, like fio's MB/s).
+const MB: f64 = 1_000_000.0;
+
+/// What to run (fio's names).
+#[derive(Debug, Clone)]
+pub struct PerfOptions {
+    pub rw: Rw,
+    /// Percentage of reads in `randrw`.
+    pub rwmixread: u8,
+    pub bs: BsSpec,
+    pub iodepth: u32,
+    /// Jobs = threads = I/O queues used.
+    pub numjobs: u32,
+    /// Measured time (after the ramp). `None`: one pass over the span.
+    pub runtime: Option<Duration>,
+    /// Bytes of the namespace to use (from LBA 0); `None`: all of it.
+    pub size: Option<u64>,
+    /// Time run before measuring.
+    pub ramp_time: Duration,
+    /// Stamp written blocks and check reads (and read back writes after the run).
+    pub verify: bool,
+    pub nsid: Nsid,
+    pub seed: u64,
+    /// Draw a live progress line on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for PerfOptions {
+    fn default() -> Self {
+        PerfOptions {
+            rw: Rw::RandRead,
+            rwmixread: 50,
+            bs: BsSpec::fixed(4096),
+            iodepth: 32,
+            numjobs: 1,
+            runtime: Some(Duration::from_secs(10)),
+            size: None,
+            ramp_time: Duration::ZERO,
+            verify: false,
+            nsid: Nsid(1),
+            seed: DEFAULT_SEED,
+            progress: false,
+        }
+    }
+}
+
+/// What perf needs to know about the target besides the queues.
+#[derive(Clone)]
+pub struct PerfTarget {
+    pub fabric: Arc<dyn Fabric>,
+    pub ns: NamespaceInfo,
+    /// MDTS in bytes, `None` when unlimited.
+    pub max_transfer: Option<u64>,
+}
+
+impl PerfTarget {
+    pub fn from_controller(ctrl: &Controller, nsid: Nsid) -> Result<PerfTarget, Error> {
+        Ok(PerfTarget {
+            fabric: ctrl.fabric().clone(),
+            ns: ctrl.namespace(nsid)?.clone(),
+            max_transfer: ctrl.max_transfer(),
+        })
+    }
+}
+
+/// Runs `opts` on namespace `opts.nsid` of `ctrl` using the first `numjobs` of
+/// `queues`. I/O errors and verification failures are in the report
+/// ([`PerfReport::failed`]); an `Err` means the run could not start.
+pub fn run(
+    ctrl: &Controller,
+    queues: &mut [Queue],
+    opts: &PerfOptions,
+) -> Result<PerfReport, Error> {
+    run_on(&PerfTarget::from_controller(ctrl, opts.nsid)?, queues, opts)
+}
+
+/// How the span divides into jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layout {
+    min_blocks: u32,
+    max_blocks: u32,
+    /// Units (of `max_blocks` blocks) per job.
+    units: u64,
+    span_blocks: u64,
+}
+
+fn plan(t: &PerfTarget, queues: &[Queue], o: &PerfOptions) -> Result<Layout, Error> {
+    let ns = &t.ns;
+    if o.numjobs == 0 {
+        return Err(Error::InvalidArgument("numjobs must be at least 1".into()));
+    }
+    if o.numjobs as usize > queues.len() {
+        return Err(Error::InvalidArgument(format!(
+            "numjobs {} needs {} I/O queues, the controller has {} (raise -i/--nr-io-queues)",
+            o.numjobs,
+            o.numjobs,
+            queues.len()
+        )));
+    }
+    if o.iodepth == 0 {
+        return Err(Error::InvalidArgument("iodepth must be at least 1".into()));
+    }
+    let cap = queues
+        .iter()
+        .take(o.numjobs as usize)
+        .map(Queue::capacity)
+        .min()
+        .unwrap_or(0);
+    if o.iodepth as usize > cap {
+        return Err(Error::InvalidArgument(format!(
+            "iodepth {} exceeds what a queue allows ({cap}: queue size - 1; raise -Q/--queue-size)",
+            o.iodepth
+        )));
+    }
+    if o.rwmixread > 100 {
+        return Err(Error::InvalidArgument(
+            "rwmixread is a percentage (0..=100)".into(),
+        ));
+    }
+    let (min_blocks, max_blocks) = o.bs.blocks(ns.block_size)?;
+    let limit = max_blocks_per_command(t.max_transfer, ns.block_size);
+    if max_blocks > limit {
+        return Err(Error::InvalidArgument(format!(
+            "bs {} exceeds the largest transfer of one command ({} bytes, MDTS)",
+            o.bs.max,
+            u64::from(limit) * u64::from(ns.block_size)
+        )));
+    }
+    let span_blocks = match o.size {
+        Some(sz) => {
+            let b = sz / u64::from(ns.block_size);
+            if b > ns.nsze {
+                return Err(Error::InvalidArgument(format!(
+                    "size {sz} exceeds the namespace ({} bytes)",
+                    ns.size_bytes()
+                )));
+            }
+            b
+        }
+        None => ns.nsze,
+    };
+    let per_job = span_blocks / u64::from(o.numjobs);
+    let units = per_job / u64::from(max_blocks);
+    if units == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the span ({} blocks) is too small for {} jobs of {}-byte I/Os",
+            span_blocks, o.numjobs, o.bs.max
+        )));
+    }
+    if o.verify {
+        if units <= u64::from(o.iodepth) {
+            return Err(Error::InvalidArgument(format!(
+                "verify needs more than iodepth ({}) I/O-sized units per job; each job has {units}",
+                o.iodepth
+            )));
+        }
+        if units > MAX_VERIFY_UNITS {
+            return Err(Error::InvalidArgument(format!(
+                "verify tracks at most {MAX_VERIFY_UNITS} units per job; limit --size"
+            )));
+        }
+    }
+    Ok(Layout {
+        min_blocks,
+        max_blocks,
+        units,
+        span_blocks,
+    })
+}
+
+/// [`run`] with explicit target facts (for callers that no longer hold the controller).
+pub fn run_on(t: &PerfTarget, queues: &mut [Queue], o: &PerfOptions) -> Result<PerfReport, Error> {
+    let layout = plan(t, queues, o)?;
+    let bs = t.ns.block_size;
+    let buf_len = layout.max_blocks as usize * bs as usize;
+
+    // Buffers: one per slot, allocated and registered before anything is timed. Write
+    // data is random so compressing or deduplicating targets are not flattered.
+    let mut fill = vec![0u8; buf_len];
+    let mut r = rng::Rng::new(o.seed);
+    for w in fill.chunks_mut(8) {
+        let v = r.next_u64().to_le_bytes();
+        let n = w.len();
+        w.copy_from_slice(&v[..n]);
+    }
+    let mut bufs: Vec<Vec<IoBuf>> = Vec::with_capacity(o.numjobs as usize);
+    for _ in 0..o.numjobs {
+        let mut v = Vec::with_capacity(o.iodepth as usize);
+        for _ in 0..o.iodepth {
+            let b = t.fabric.alloc(buf_len)?;
+            b.write_at(0, &fill);
+            v.push(b);
+        }
+        bufs.push(v);
+    }
+
+    let start = Instant::now();
+    let ramp_end = start + o.ramp_time;
+    let end = o.runtime.map(|rt| ramp_end + rt);
+    let units_per_job = layout.units;
+    let region_blocks = units_per_job * u64::from(layout.max_blocks);
+    let configs: Vec<job::JobConfig> = (0..o.numjobs)
+        .map(|i| job::JobConfig {
+            index: i,
+            rw: o.rw,
+            rwmixread: o.rwmixread,
+            nsid: t.ns.nsid,
+            block_size: bs,
+            min_blocks: layout.min_blocks,
+            max_blocks: layout.max_blocks,
+            region_start: u64::from(i) * region_blocks,
+            units: units_per_job,
+            iodepth: o.iodepth,
+            one_pass: o.runtime.is_none(),
+            verify: o.verify,
+            seed: o.seed,
+            ramp_end,
+            end,
+        })
+        .collect();
+    let progress: Vec<job::JobProgress> = (0..o.numjobs).map(|_| Default::default()).collect();
+    let stop = AtomicBool::new(false);
+    debug!(?layout, numjobs = o.numjobs, "perf starting");
+
+    let bar = progress_bar(o, units_per_job);
+    let mut cpu_start: Option<CpuUsage> = None;
+    let results: Vec<Result<JobOutcome, Error>> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(configs.len());
+        for ((q, cfg), (b, p)) in queues
+            .iter_mut()
+            .zip(configs.iter())
+            .zip(bufs.iter().zip(progress.iter()))
+        {
+            let stop = &stop;
+            let h = std::thread::Builder::new()
+                .name(format!("perf-job{}", cfg.index))
+                .spawn_scoped(s, move || job::run_job(q, cfg, b, p, stop));
+            handles.push(h);
+        }
+        let mut last_draw = Instant::now();
+        let mut last_ios = 0u64;
+        let mut last_bytes = 0u64;
+        loop {
+            let now = Instant::now();
+            if cpu_start.is_none() && now >= ramp_end {
+                cpu_start = Some(CpuUsage::now());
+            }
+            if handles
+                .iter()
+                .all(|h| h.as_ref().map_or(true, |h| h.is_finished()))
+            {
+                break;
+            }
+            if let Some(bar) = bar.as_ref() {
+                if now.duration_since(last_draw) >= PROGRESS_INTERVAL {
+                    let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
+                    let bytes: u64 = progress
+                        .iter()
+                        .map(|p| p.bytes.load(Ordering::Relaxed))
+                        .sum();
+                    let dt = now.duration_since(last_draw).as_secs_f64();
+                    let iops = ios.saturating_sub(last_ios) as f64 / dt;
+                    let mbs = bytes.saturating_sub(last_bytes) as f64 / dt / MB;
+                    match end {
+                        Some(_) => bar.set_position(
+                            u64::try_from(now.saturating_duration_since(start).as_millis())
+                                .unwrap_or(u64::MAX),
+                        ),
+                        None => bar.set_position(ios),
+                    }
+                    let phase = if now < ramp_end { "ramp " } else { "" };
+                    bar.set_message(format!("{phase}IOPS={iops:.0} BW={mbs:.1}MB/s"));
+                    last_draw = now;
+                    last_ios = ios;
+                    last_bytes = bytes;
+                }
+            }
+            std::thread::sleep(COORDINATOR_TICK);
+        }
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Protocol("perf job panicked".into()))),
+                Err(e) => Err(Error::Io(e)),
+            })
+            .collect()
+    });
+    let cpu_end = CpuUsage::now();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let cpu = cpu_end.since(&cpu_start.unwrap_or(cpu_end));
+    let mut jobs = Vec::with_capacity(results.len());
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(j) => jobs.push(j),
+            Err(e) => {
+                jobs.push(JobOutcome {
+                    index: i as u32,
+                    qid: queues.get(i).map_or(0, |q| q.qid().0),
+                    read: DirStats::new()?,
+                    write: DirStats::new()?,
+                    errors: 1,
+                    first_error: Some(e.to_string()),
+                    elapsed: Duration::ZERO,
+                    timeline: Vec::new(),
+                    verify: VerifySummary::default(),
+                });
+            }
+        }
+    }
+    PerfReport::new(o.clone(), t.ns.clone(), layout.span_blocks, jobs, cpu)
+}
+
+fn progress_bar(o: &PerfOptions, units: u64) -> Option<ProgressBar> {
+    if !o.progress || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let len = match o.runtime {
+        Some(rt) => u64::try_from((o.ramp_time + rt).as_millis()).unwrap_or(u64::MAX),
+        None => units * u64::from(o.numjobs),
+    };
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {msg} ETA {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}
+
+#[cfg(test)]
+mod tests;
