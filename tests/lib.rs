@@ -14,7 +14,8 @@ use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
 /// The subsystem every test target serves.
 pub const TEST_NQN: &str = "nqn.2024-01.io.nvmf-rs:test";
 /// The host NQN tests connect as.
-pub const TEST_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001";
+pub const TEST_HOSTNQN: &str =
+    "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001";
 pub const TEST_HOSTID: [u8; 16] = [0x11; 16];
 
 /// A running loopback target and a fabric to it.

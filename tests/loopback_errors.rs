@@ -18,14 +18,34 @@ use nvmf_initiator::transport::{DataDir, IoBuf, TransportError};
 use nvmf_tests::{config, connect, exec, hostnqn, options, raw_queue, start, Env, TEST_HOSTID};
 
 fn assert_status(c: &Completion, sct: Sct, sc: u8) {
-    assert!(c.status.is(sct, sc), "expected sct {:?} sc {sc:#x}, got {}", sct, c.status);
+    assert!(
+        c.status.is(sct, sc),
+        "expected sct {:?} sc {sc:#x}, got {}",
+        sct,
+        c.status
+    );
 }
 
 /// Sends a Connect with `data` on `q` and returns the completion.
-fn raw_connect(env: &Env, q: &mut Queue, qid: u16, sqsize: u16, cntlid: Cntlid, subnqn: &Nqn) -> Completion {
+fn raw_connect(
+    env: &Env,
+    q: &mut Queue,
+    qid: u16,
+    sqsize: u16,
+    cntlid: Cntlid,
+    subnqn: &Nqn,
+) -> Completion {
     let buf = env.fabric.alloc(1024).unwrap_or_else(|e| panic!("{e}"));
-    buf.write_at(0, &command::connect_data(TEST_HOSTID, cntlid, subnqn, &hostnqn()));
-    exec(q, command::connect(Qid(qid), sqsize, 0), Some(&buf), DataDir::ToCtrl)
+    buf.write_at(
+        0,
+        &command::connect_data(TEST_HOSTID, cntlid, subnqn, &hostnqn()),
+    );
+    exec(
+        q,
+        command::connect(Qid(qid), sqsize, 0),
+        Some(&buf),
+        DataDir::ToCtrl,
+    )
 }
 
 fn enable(q: &mut Queue) {
@@ -42,11 +62,21 @@ fn io_command_errors_have_exact_status() {
     let mut q = ctrl.take_io_queues().remove(0);
     let buf = ctrl.alloc(4096).unwrap_or_else(|e| panic!("{e}"));
     // LBA out of range: the last block plus one.
-    let c = exec(&mut q, command::read(Nsid(1), nsze - 7, 8, false).unwrap_or_else(|e| panic!("{e}")), Some(&buf), DataDir::FromCtrl);
+    let c = exec(
+        &mut q,
+        command::read(Nsid(1), nsze - 7, 8, false).unwrap_or_else(|e| panic!("{e}")),
+        Some(&buf),
+        DataDir::FromCtrl,
+    );
     assert_status(&c, Sct::Generic, generic::LBA_OUT_OF_RANGE);
     assert!(c.status.dnr);
     // Invalid namespace.
-    let c = exec(&mut q, command::read(Nsid(9), 0, 8, false).unwrap_or_else(|e| panic!("{e}")), Some(&buf), DataDir::FromCtrl);
+    let c = exec(
+        &mut q,
+        command::read(Nsid(9), 0, 8, false).unwrap_or_else(|e| panic!("{e}")),
+        Some(&buf),
+        DataDir::FromCtrl,
+    );
     assert_status(&c, Sct::Generic, generic::INVALID_NAMESPACE);
     // Invalid opcode (0x7E is not an NVM command).
     let mut sqe = command::flush(Nsid(1));
@@ -55,7 +85,12 @@ fn io_command_errors_have_exact_status() {
     assert_status(&c, Sct::Generic, generic::INVALID_OPCODE);
     // Data length that disagrees with NLB x block size (8 blocks = 4096 bytes, 2048 given).
     let half = buf.slice(0, 2048).unwrap_or_else(|| panic!("slice"));
-    let c = exec(&mut q, command::read(Nsid(1), 0, 8, false).unwrap_or_else(|e| panic!("{e}")), Some(&half), DataDir::FromCtrl);
+    let c = exec(
+        &mut q,
+        command::read(Nsid(1), 0, 8, false).unwrap_or_else(|e| panic!("{e}")),
+        Some(&half),
+        DataDir::FromCtrl,
+    );
     assert_status(&c, Sct::Generic, generic::DATA_SGL_LENGTH_INVALID);
     // Fused commands are refused.
     let mut sqe = command::flush(Nsid(1));
@@ -68,10 +103,17 @@ fn io_command_errors_have_exact_status() {
     let c = exec(&mut q, sqe, None, DataDir::None);
     assert_status(&c, Sct::Generic, generic::INVALID_FIELD);
     // The queue still works.
-    let c = exec(&mut q, command::read(Nsid(1), 0, 8, false).unwrap_or_else(|e| panic!("{e}")), Some(&buf), DataDir::FromCtrl);
+    let c = exec(
+        &mut q,
+        command::read(Nsid(1), 0, 8, false).unwrap_or_else(|e| panic!("{e}")),
+        Some(&buf),
+        DataDir::FromCtrl,
+    );
     assert!(c.status.is_success());
     // Errors are recorded in the Error Information log (newest first).
-    let log = ctrl.get_log_page(nvmf_common::wire::log::lid::ERROR_INFO, Nsid(0), 64, 0).unwrap_or_else(|e| panic!("{e}"));
+    let log = ctrl
+        .get_log_page(nvmf_common::wire::log::lid::ERROR_INFO, Nsid(0), 64, 0)
+        .unwrap_or_else(|e| panic!("{e}"));
     let e = nvmf_common::wire::log::ErrorInfoEntry::new_unchecked(&log[..]);
     assert!(e.error_count() >= 5);
     assert_eq!(e.sqid(), 1);
@@ -86,7 +128,12 @@ fn commands_before_enable_are_sequence_errors() {
     let cntlid = Cntlid(c.dw0 as u16);
     // Identify before CC.EN = 1.
     let buf = env.fabric.alloc(4096).unwrap_or_else(|e| panic!("{e}"));
-    let c = exec(&mut admin, command::identify_controller(), Some(&buf), DataDir::FromCtrl);
+    let c = exec(
+        &mut admin,
+        command::identify_controller(),
+        Some(&buf),
+        DataDir::FromCtrl,
+    );
     assert_status(&c, Sct::Generic, generic::COMMAND_SEQUENCE_ERROR);
     // I/O queue Connect before the controller is enabled.
     let mut io = raw_queue(&env, 1, 32);
@@ -98,7 +145,12 @@ fn commands_before_enable_are_sequence_errors() {
     assert_status(&c, Sct::Generic, generic::INVALID_OPCODE);
     // After enabling, Identify works and a second Connect on the admin queue is refused.
     enable(&mut admin);
-    let c = exec(&mut admin, command::identify_controller(), Some(&buf), DataDir::FromCtrl);
+    let c = exec(
+        &mut admin,
+        command::identify_controller(),
+        Some(&buf),
+        DataDir::FromCtrl,
+    );
     assert!(c.status.is_success());
     let c = raw_connect(&env, &mut admin, 0, 31, Cntlid::DYNAMIC, &env.nqn);
     assert_status(&c, Sct::Generic, generic::COMMAND_SEQUENCE_ERROR);
@@ -110,27 +162,44 @@ fn connect_to_unknown_subsystem() {
     let mut admin = raw_queue(&env, 0, 32);
     let other = Nqn::new("nqn.2024-01.io.nvmf-rs:nope").unwrap_or_else(|e| panic!("{e}"));
     let c = raw_connect(&env, &mut admin, 0, 31, Cntlid::DYNAMIC, &other);
-    assert_status(&c, Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS);
-    assert_eq!(c.dw0, CONNECT_IATTR_DATA | u32::from(connect_data_offset::SUBSYSNQN));
+    assert_status(
+        &c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
+    assert_eq!(
+        c.dw0,
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::SUBSYSNQN)
+    );
     // The library reports it the same way.
     let mut o = options(&env, 1, 32);
     o.subnqn = other;
-    let err = Controller::connect(env.fabric.clone(), o).err().unwrap_or_else(|| panic!("must fail"));
+    let err = Controller::connect(env.fabric.clone(), o)
+        .err()
+        .unwrap_or_else(|| panic!("must fail"));
     let st = err.status().unwrap_or_else(|| panic!("no status: {err}"));
-    assert!(st.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS));
+    assert!(st.is(
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS
+    ));
 }
 
 #[test]
 fn connect_by_disallowed_host() {
     let mut cfg = config(&["ram:16M"]);
     cfg.subsystems[0].allow_any_host = false;
-    cfg.subsystems[0].allowed_hosts = vec![Nqn::new("nqn.2014-08.org.nvmexpress:uuid:someone-else").unwrap_or_else(|e| panic!("{e}"))];
+    cfg.subsystems[0].allowed_hosts =
+        vec![Nqn::new("nqn.2014-08.org.nvmexpress:uuid:someone-else")
+            .unwrap_or_else(|e| panic!("{e}"))];
     let env = start(&cfg);
     let mut admin = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut admin, 0, 31, Cntlid::DYNAMIC, &env.nqn);
     assert_status(&c, Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_HOST);
     assert!(c.status.dnr);
-    assert_eq!(c.dw0, CONNECT_IATTR_DATA | u32::from(connect_data_offset::HOSTNQN));
+    assert_eq!(
+        c.dw0,
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::HOSTNQN)
+    );
     // Discovery is still open to that host.
     let mut d = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut d, 0, 31, Cntlid::DYNAMIC, &Nqn::discovery());
@@ -144,22 +213,44 @@ fn connect_with_bad_cntlid_or_queue_size() {
     // Dynamic subsystem: the admin Connect must ask for 0xFFFF.
     let mut admin = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut admin, 0, 31, Cntlid(5), &env.nqn);
-    assert_status(&c, Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS);
-    assert_eq!(c.dw0, CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID));
+    assert_status(
+        &c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
+    assert_eq!(
+        c.dw0,
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID)
+    );
     // SQSIZE 0 is invalid.
     let mut admin = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut admin, 0, 0, Cntlid::DYNAMIC, &env.nqn);
-    assert_status(&c, Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS);
+    assert_status(
+        &c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
     assert_eq!(c.dw0, u32::from(connect_offset::SQSIZE));
     // An I/O queue naming a controller that does not exist.
     let mut io = raw_queue(&env, 2, 32);
     let c = raw_connect(&env, &mut io, 2, 31, Cntlid(0x1234), &env.nqn);
-    assert_status(&c, Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS);
-    assert_eq!(c.dw0, CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID));
+    assert_status(
+        &c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
+    assert_eq!(
+        c.dw0,
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID)
+    );
     // An I/O queue beyond the granted count (the controller got 1).
     let mut io = raw_queue(&env, 2, 32);
     let c = raw_connect(&env, &mut io, 2, 31, ctrl.cntlid(), &env.nqn);
-    assert_status(&c, Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_PARAMETERS);
+    assert_status(
+        &c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
     assert_eq!(c.dw0, u32::from(connect_offset::QID));
     // An RDMA connect asking for a queue deeper than the target allows is rejected by
     // the NVMe/RDMA CM with Invalid HSQSIZE, before any capsule.
@@ -175,7 +266,10 @@ fn connect_with_bad_cntlid_or_queue_size() {
         .unwrap_or_else(|| panic!("must be rejected"));
     match err {
         // NVMe/RDMA CM reject status 0x4: Invalid HSQSIZE.
-        TransportError::Rejected(why) => assert!(why.contains(&format!("({:#x})", reject_status::INVALID_HSQSIZE)), "{why}"),
+        TransportError::Rejected(why) => assert!(
+            why.contains(&format!("({:#x})", reject_status::INVALID_HSQSIZE)),
+            "{why}"
+        ),
         other => panic!("expected a reject, got {other}"),
     }
 }
@@ -217,11 +311,19 @@ fn bad_rdma_key_or_bounds_fail_only_that_queue() {
     let good = ctrl.alloc(16384).unwrap_or_else(|e| panic!("{e}"));
     // Queue 1: a read whose keyed SGL carries a wrong rkey: the target's RDMA WRITE fails.
     let bad = IoBuf {
-        mr: good.mr.clone().map(|m| Arc::new(BadKey(m)) as Arc<dyn MemoryRegion>),
+        mr: good
+            .mr
+            .clone()
+            .map(|m| Arc::new(BadKey(m)) as Arc<dyn MemoryRegion>),
         ..good.clone()
     };
     let sqe = command::read(Nsid(1), 0, 8, false).unwrap_or_else(|e| panic!("{e}"));
-    let r = qs[0].execute(sqe, bad.slice(0, 4096).as_ref(), DataDir::FromCtrl, std::time::Duration::from_secs(5));
+    let r = qs[0].execute(
+        sqe,
+        bad.slice(0, 4096).as_ref(),
+        DataDir::FromCtrl,
+        std::time::Duration::from_secs(5),
+    );
     expect_dead(r);
     // Queue 2: a write whose keyed SGL runs past the end of the registered buffer: the
     // target's RDMA READ is out of bounds.
@@ -231,14 +333,20 @@ fn bad_rdma_key_or_bounds_fail_only_that_queue() {
         ..good.clone()
     };
     let sqe = command::write(Nsid(1), 0, 32, false).unwrap_or_else(|e| panic!("{e}"));
-    let r = qs[1].execute(sqe, Some(&oob), DataDir::ToCtrl, std::time::Duration::from_secs(5));
+    let r = qs[1].execute(
+        sqe,
+        Some(&oob),
+        DataDir::ToCtrl,
+        std::time::Duration::from_secs(5),
+    );
     expect_dead(r);
     // Queue 3 and the admin queue keep working.
     let mut io = NsIo::new(&ctrl, &mut qs[2], Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
     let d = nvmf_tests::pattern(1, 0, 4096);
     io.write(0, &d).unwrap_or_else(|e| panic!("write: {e}"));
     let mut back = vec![0u8; 4096];
-    io.read(0, &mut back).unwrap_or_else(|e| panic!("read: {e}"));
+    io.read(0, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
     assert_eq!(back, d);
     assert!(ctrl.identify_namespace(Nsid(1)).is_ok());
     // And a new host connects fine.

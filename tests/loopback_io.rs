@@ -40,7 +40,10 @@ fn connect_and_identify() {
     assert_eq!(ns[0].nsze * 512, 64 * MIB);
     assert_eq!(ns[1].nsid, Nsid(2));
     assert_eq!(ns[1].nsze * 512, 1024 * MIB);
-    assert!(ns[0].uuid.is_some(), "UUID from the namespace descriptor list");
+    assert!(
+        ns[0].uuid.is_some(),
+        "UUID from the namespace descriptor list"
+    );
     assert_ne!(ns[0].uuid, ns[1].uuid);
     ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
 }
@@ -69,15 +72,28 @@ fn write_read_verify(bs: usize, qd: usize, count: usize) {
         while next < count {
             let Some(b) = free.pop() else { break };
             bufs[b].write_at(0, &pattern(seed, lba_of(next), bs));
-            io.submit_write((b as u64) << 32 | next as u64, lba_of(next), nblocks, &bufs[b], false)
-                .unwrap_or_else(|e| panic!("submit write: {e}"));
+            io.submit_write(
+                (b as u64) << 32 | next as u64,
+                lba_of(next),
+                nblocks,
+                &bufs[b],
+                false,
+            )
+            .unwrap_or_else(|e| panic!("submit write: {e}"));
             next += 1;
         }
         io.queue().flush().unwrap_or_else(|e| panic!("flush: {e}"));
         done.clear();
-        io.queue().poll(&mut done).unwrap_or_else(|e| panic!("poll: {e}"));
+        io.queue()
+            .poll(&mut done)
+            .unwrap_or_else(|e| panic!("poll: {e}"));
         for c in &done {
-            assert!(c.status.is_success(), "write {} failed: {}", c.tag & 0xFFFF_FFFF, c.status);
+            assert!(
+                c.status.is_success(),
+                "write {} failed: {}",
+                c.tag & 0xFFFF_FFFF,
+                c.status
+            );
             free.push((c.tag >> 32) as usize);
             completed += 1;
         }
@@ -90,18 +106,28 @@ fn write_read_verify(bs: usize, qd: usize, count: usize) {
         while next < count {
             let Some(b) = free.pop() else { break };
             bufs[b].fill(0);
-            io.submit_read((b as u64) << 32 | next as u64, lba_of(next), nblocks, &bufs[b])
-                .unwrap_or_else(|e| panic!("submit read: {e}"));
+            io.submit_read(
+                (b as u64) << 32 | next as u64,
+                lba_of(next),
+                nblocks,
+                &bufs[b],
+            )
+            .unwrap_or_else(|e| panic!("submit read: {e}"));
             next += 1;
         }
         io.queue().flush().unwrap_or_else(|e| panic!("flush: {e}"));
         done.clear();
-        io.queue().poll(&mut done).unwrap_or_else(|e| panic!("poll: {e}"));
+        io.queue()
+            .poll(&mut done)
+            .unwrap_or_else(|e| panic!("poll: {e}"));
         for c in &done {
             let (b, i) = ((c.tag >> 32) as usize, (c.tag & 0xFFFF_FFFF) as usize);
             assert!(c.status.is_success(), "read {i} failed: {}", c.status);
             assert!(bufs[b].read_at(0, &mut got));
-            assert!(got == pattern(seed, lba_of(i), bs), "data mismatch at extent {i} (bs {bs}, qd {qd})");
+            assert!(
+                got == pattern(seed, lba_of(i), bs),
+                "data mismatch at extent {i} (bs {bs}, qd {qd})"
+            );
             free.push(b);
             completed += 1;
         }
@@ -152,25 +178,35 @@ fn flush_write_zeroes_deallocate() {
     let mut queues = ctrl.take_io_queues();
     let mut io = NsIo::new(&ctrl, &mut queues[0], Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
     let data = pattern(7, 0, 64 * 1024);
-    io.write(1000, &data).unwrap_or_else(|e| panic!("write: {e}"));
+    io.write(1000, &data)
+        .unwrap_or_else(|e| panic!("write: {e}"));
     io.flush().unwrap_or_else(|e| panic!("flush: {e}"));
     let mut back = vec![0u8; data.len()];
-    io.read(1000, &mut back).unwrap_or_else(|e| panic!("read: {e}"));
+    io.read(1000, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
     assert_eq!(back, data);
     // Write Zeroes over blocks 1000..1016: those read as zero, the rest keeps its data.
-    io.write_zeroes(1000, 16).unwrap_or_else(|e| panic!("write zeroes: {e}"));
-    io.read(1000, &mut back).unwrap_or_else(|e| panic!("read: {e}"));
+    io.write_zeroes(1000, 16)
+        .unwrap_or_else(|e| panic!("write zeroes: {e}"));
+    io.read(1000, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
     assert!(back[..16 * 512].iter().all(|&b| b == 0));
     assert_eq!(back[16 * 512..], data[16 * 512..]);
     // Deallocate blocks 1016..1128: the RAM backend reads deallocated blocks as zero.
-    io.deallocate(&[(1016, 112)]).unwrap_or_else(|e| panic!("deallocate: {e}"));
-    io.read(1000, &mut back).unwrap_or_else(|e| panic!("read: {e}"));
+    io.deallocate(&[(1016, 112)])
+        .unwrap_or_else(|e| panic!("deallocate: {e}"));
+    io.read(1000, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
     assert!(back.iter().all(|&b| b == 0));
     // Compare succeeds on equal data and fails with Compare Failure otherwise.
-    io.write(2000, &data[..4096]).unwrap_or_else(|e| panic!("write: {e}"));
-    io.compare(2000, &data[..4096]).unwrap_or_else(|e| panic!("compare: {e}"));
+    io.write(2000, &data[..4096])
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    io.compare(2000, &data[..4096])
+        .unwrap_or_else(|e| panic!("compare: {e}"));
     let err = io.compare(2000, &data[4096..8192]).err();
-    let st = err.and_then(|e| e.status()).unwrap_or_else(|| panic!("compare must fail"));
+    let st = err
+        .and_then(|e| e.status())
+        .unwrap_or_else(|| panic!("compare must fail"));
     assert!(st.is(
         nvmf_common::wire::status::Sct::MediaError,
         nvmf_common::wire::status::media::COMPARE_FAILURE
@@ -196,7 +232,8 @@ fn many_queues_in_parallel() {
                     let d = pattern(i as u64, lba, 4096);
                     io.write(lba, &d).unwrap_or_else(|e| panic!("write: {e}"));
                     let mut back = vec![0u8; 4096];
-                    io.read(lba, &mut back).unwrap_or_else(|e| panic!("read: {e}"));
+                    io.read(lba, &mut back)
+                        .unwrap_or_else(|e| panic!("read: {e}"));
                     assert_eq!(back, d);
                 }
             })

@@ -29,6 +29,14 @@ pub struct LoopbackTarget {
 }
 
 impl LoopbackTarget {
+    /// The target's data-path counters (doorbells, work requests, commands).
+    pub fn counters(&self) -> nvmf_target::rdma::poll_group::GroupCounters {
+        self.server
+            .as_ref()
+            .map(|s| s.counters())
+            .unwrap_or_default()
+    }
+
     /// Stops the target's threads.
     pub fn shutdown(mut self) {
         if let Some(s) = self.server.take() {

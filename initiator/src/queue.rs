@@ -34,10 +34,9 @@ use crate::command::SqeBytes;
 use crate::error::Error;
 use crate::transport::{DataDir, HostQueue, IoBuf};
 
-/// Path Related status "Command Aborted By Host" (NVMe Base 2.0 Figure 107, SC 71h;
-/// Linux `NVME_SC_HOST_ABORTED_CMD` = 0x371). `nvmf_common`'s `path::HOST_PATHING_ERROR`
-/// carries this same value under another name, so it is spelled out here.
-pub const HOST_ABORTED_CMD: u8 = 0x71;
+/// Command Aborted By Host (Linux `NVME_SC_HOST_ABORTED_CMD`): what a timed-out
+/// command completes with.
+pub const HOST_ABORTED_CMD: u8 = nvmf_common::wire::status::path::COMMAND_ABORTED_BY_HOST;
 
 /// The status a command gets when the host gives up on it (see the module docs).
 pub const TIMEOUT_STATUS: Status = Status::new(Sct::PathRelated, HOST_ABORTED_CMD).dnr();

@@ -193,7 +193,9 @@ impl Controller {
         let now_ms = now.saturating_duration_since(self.created).as_millis() as u64;
         let last = self.last_activity_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) > kato {
-            self.fatal(&format!("keep-alive timer expired ({kato} ms without traffic)"));
+            self.fatal(&format!(
+                "keep-alive timer expired ({kato} ms without traffic)"
+            ));
             return true;
         }
         false
@@ -278,7 +280,12 @@ impl Controller {
     }
 
     pub fn connected_io_queues(&self) -> usize {
-        self.inner.lock().io_queues_connected.iter().filter(|b| **b).count()
+        self.inner
+            .lock()
+            .io_queues_connected
+            .iter()
+            .filter(|b| **b)
+            .count()
     }
 
     // ---- features -------------------------------------------------------------------
@@ -331,7 +338,11 @@ impl Controller {
         }
         if g.features.async_event_config & aen_cfg::NS_ATTR != 0 && !g.masked_notice_ns {
             g.masked_notice_ns = true;
-            let dw0 = aer_result(aer_type::NOTICE, aer_notice::NS_ATTR_CHANGED, lid::CHANGED_NS);
+            let dw0 = aer_result(
+                aer_type::NOTICE,
+                aer_notice::NS_ATTR_CHANGED,
+                lid::CHANGED_NS,
+            );
             self.push_event(&mut g, dw0);
         }
     }
@@ -341,7 +352,11 @@ impl Controller {
         let mut g = self.inner.lock();
         if g.features.async_event_config & aen_cfg::DISCOVERY_LOG_CHANGE != 0 && !g.masked_disc {
             g.masked_disc = true;
-            let dw0 = aer_result(aer_type::NOTICE, aer_notice::DISCOVERY_LOG_CHANGE, lid::DISCOVERY);
+            let dw0 = aer_result(
+                aer_type::NOTICE,
+                aer_notice::DISCOVERY_LOG_CHANGE,
+                lid::DISCOVERY,
+            );
             self.push_event(&mut g, dw0);
         }
     }

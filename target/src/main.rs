@@ -55,7 +55,9 @@ enum Cmd {
 fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         b.json().init();
     } else {
@@ -88,7 +90,10 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
             let (a, p) = l
                 .rsplit_once(':')
                 .ok_or_else(|| format!("--listen {l:?}: expected ADDR:PORT"))?;
-            Some((a.trim_matches(|c| c == '[' || c == ']').to_string(), p.to_string()))
+            Some((
+                a.trim_matches(|c| c == '[' || c == ']').to_string(),
+                p.to_string(),
+            ))
         }
         None => None,
     };
@@ -148,9 +153,11 @@ fn main() -> ExitCode {
 fn device_for(trtype: TrType) -> Result<Arc<dyn Device>, String> {
     match trtype {
         TrType::Loopback => Ok(SoftDevice::global()),
-        TrType::Rdma => Err("RDMA on real verbs (rdma-sys) is not built into this version yet; \
+        TrType::Rdma => Err(
+            "RDMA on real verbs (rdma-sys) is not built into this version yet; \
                              use trtype loopback (see issue: NVMe/RDMA on real verbs)"
-            .into()),
+                .into(),
+        ),
         TrType::Tcp => Err("NVMe/TCP is not built into this version yet".into()),
     }
 }
@@ -160,7 +167,11 @@ fn run(cfg: &Config) -> Result<(), String> {
     let ports = target.ports();
     let mut servers = Vec::new();
     for trtype in [TrType::Loopback, TrType::Rdma, TrType::Tcp] {
-        let these: Vec<_> = ports.iter().filter(|p| p.trtype == trtype).cloned().collect();
+        let these: Vec<_> = ports
+            .iter()
+            .filter(|p| p.trtype == trtype)
+            .cloned()
+            .collect();
         if these.is_empty() {
             continue;
         }
@@ -169,10 +180,20 @@ fn run(cfg: &Config) -> Result<(), String> {
     }
     for s in target.subsystems() {
         let nsids = s.active_nsids();
-        println!("serving {} ({} namespace(s): {:?})", s.nqn, nsids.len(), nsids);
+        println!(
+            "serving {} ({} namespace(s): {:?})",
+            s.nqn,
+            nsids.len(),
+            nsids
+        );
     }
     for p in &ports {
-        println!("port {} {} at {}", p.portid, p.trtype.as_str(), listen_addr(p));
+        println!(
+            "port {} {} at {}",
+            p.portid,
+            p.trtype.as_str(),
+            listen_addr(p)
+        );
     }
     wait_for_signal();
     info!("shutting down");

@@ -1,6 +1,6 @@
 //! Limits and identity the target advertises, fixed at startup.
 
-use nvmf_common::config::{PollMode, TransportConfig, TrType};
+use nvmf_common::config::{PollMode, TrType, TransportConfig};
 
 /// Transport-independent limits (from the config's `transport:` section).
 #[derive(Debug, Clone)]

@@ -213,7 +213,11 @@ impl Subsystem {
     }
 
     pub fn controller(&self, cntlid: Cntlid) -> Option<Arc<Controller>> {
-        self.ctrls.lock().live.get(&cntlid.0).and_then(Weak::upgrade)
+        self.ctrls
+            .lock()
+            .live
+            .get(&cntlid.0)
+            .and_then(Weak::upgrade)
     }
 
     /// Allocates a controller id. `requested` is the Connect data CNTLID.

@@ -140,7 +140,9 @@ impl Target {
     }
 
     pub fn add_subsystem(&self, s: Arc<Subsystem>) {
-        self.subsystems.write().insert(s.nqn.as_str().to_string(), s);
+        self.subsystems
+            .write()
+            .insert(s.nqn.as_str().to_string(), s);
         self.bump_genctr();
     }
 
@@ -201,6 +203,10 @@ pub fn port_info(p: &PortConfig) -> PortInfo {
         trsvcid: p.trsvcid.clone(),
         keyed_sgls: matches!(p.trtype, TrType::Rdma | TrType::Loopback),
         msdbd: 1,
-        subsystems: p.subsystems.iter().map(|n| n.as_str().to_string()).collect(),
+        subsystems: p
+            .subsystems
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect(),
     }
 }

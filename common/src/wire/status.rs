@@ -129,8 +129,13 @@ pub mod media {
 /// Path Related Status values (SCT 3).
 pub mod path {
     pub const INTERNAL_PATH_ERROR: u8 = 0x00;
-    pub const TRANSPORT_ERROR: u8 = 0x70;
-    pub const HOST_PATHING_ERROR: u8 = 0x71;
+    pub const ASYMMETRIC_ACCESS_PERSISTENT_LOSS: u8 = 0x01;
+    pub const ASYMMETRIC_ACCESS_INACCESSIBLE: u8 = 0x02;
+    pub const ASYMMETRIC_ACCESS_TRANSITION: u8 = 0x03;
+    pub const CONTROLLER_PATHING_ERROR: u8 = 0x60;
+    pub const HOST_PATHING_ERROR: u8 = 0x70;
+    /// The host aborted the command (Linux `NVME_SC_HOST_ABORTED_CMD`), e.g. on timeout.
+    pub const COMMAND_ABORTED_BY_HOST: u8 = 0x71;
 }
 
 /// Where in a command (or its data) an error was found: the Error Information log's
@@ -292,7 +297,10 @@ impl Status {
             (Sct::MediaError, media::COMPARE_FAILURE) => "Compare Failure",
             (Sct::MediaError, media::ACCESS_DENIED) => "Access Denied",
             (Sct::PathRelated, path::INTERNAL_PATH_ERROR) => "Internal Path Error",
-            (Sct::PathRelated, path::TRANSPORT_ERROR) => "Transport Error",
+            (Sct::PathRelated, path::CONTROLLER_PATHING_ERROR) => "Controller Pathing Error",
+            (Sct::PathRelated, path::HOST_PATHING_ERROR) => "Host Pathing Error",
+            (Sct::PathRelated, path::COMMAND_ABORTED_BY_HOST) => "Command Aborted By Host",
+
             _ => "Unknown Status",
         }
     }
@@ -335,7 +343,10 @@ mod tests {
         let s = Status::from_field(0x6184);
         assert!(s.dnr && s.more);
         assert!(s.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_HOST));
-        assert_eq!(Status::from_field(Status::SUCCESS.to_field()), Status::SUCCESS);
+        assert_eq!(
+            Status::from_field(Status::SUCCESS.to_field()),
+            Status::SUCCESS
+        );
     }
 
     #[test]

@@ -23,9 +23,11 @@ use crate::error::Error;
 use crate::queue::{Completion, Queue};
 use crate::transport::{DataDir, IoBuf};
 
-/// Polls without a completion before the loop blocks in `wait`: spinning gives the
-/// lowest latency, but on a shared core (loopback) the target needs the CPU too.
-const SPIN_POLLS: u32 = 64;
+/// How long the loop polls without a completion before it blocks in `wait`. While
+/// I/O is in flight an answer normally comes within microseconds and a blocking
+/// wake-up costs far more (tens of µs to a scheduler tick on these VMs), so spin;
+/// block only when the target has gone quiet.
+const SPIN_TIME: Duration = Duration::from_millis(1);
 /// The longest block in `wait` between polls.
 const WAIT_SLICE: Duration = Duration::from_millis(1);
 /// How often the loop checks the clock-driven conditions.
@@ -415,9 +417,14 @@ impl Job<'_> {
             self.failed = true;
             if self.out.first_error.is_none() {
                 let op = if slot.write { "Write" } else { "Read" };
+                let why = if c.is_host_timeout() {
+                    "no response before the command timeout (aborted by host)".to_string()
+                } else {
+                    c.status.to_string()
+                };
                 self.out.first_error = Some(format!(
-                    "{op} of {} blocks at LBA {}: {}",
-                    slot.nblocks, slot.lba, c.status
+                    "{op} of {} blocks at LBA {}: {why}",
+                    slot.nblocks, slot.lba
                 ));
             }
             return;
@@ -487,7 +494,7 @@ impl Job<'_> {
         let mut free: Vec<usize> = (0..depth).rev().collect();
         let mut comps: Vec<Completion> = Vec::with_capacity(depth * 2);
         let mut inflight = 0usize;
-        let mut idle = 0u32;
+        let mut idle_since: Option<Instant> = None;
         let mut stop_submit = false;
         let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
         loop {
@@ -525,13 +532,13 @@ impl Job<'_> {
                 stop_submit = true;
             }
             if comps.is_empty() {
-                idle += 1;
-                if idle >= SPIN_POLLS {
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) >= SPIN_TIME {
                     q.wait(WAIT_SLICE);
-                    idle = 0;
+                    idle_since = None;
                 }
             } else {
-                idle = 0;
+                idle_since = None;
             }
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;

@@ -58,17 +58,13 @@ impl IoBuf {
 
     /// Copies `src` into the buffer at `offset`.
     pub fn write_at(&self, offset: usize, src: &[u8]) -> bool {
-        offset
-            .checked_add(src.len())
-            .is_some_and(|e| e <= self.len)
+        offset.checked_add(src.len()).is_some_and(|e| e <= self.len)
             && self.buf.write_at(self.offset + offset, src)
     }
 
     /// Copies bytes at `offset` into `dst`.
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> bool {
-        offset
-            .checked_add(dst.len())
-            .is_some_and(|e| e <= self.len)
+        offset.checked_add(dst.len()).is_some_and(|e| e <= self.len)
             && self.buf.read_at(self.offset + offset, dst)
     }
 

@@ -77,7 +77,11 @@ fn verbs_err(e: VerbsError) -> TransportError {
 fn describe_reject(pd: &[u8]) -> String {
     if pd.len() >= 4 {
         let r = CmReject::new_unchecked(pd);
-        format!("NVMe/RDMA reject: {} ({:#x})", reject_status_name(r.sts()), r.sts())
+        format!(
+            "NVMe/RDMA reject: {} ({:#x})",
+            reject_status_name(r.sts()),
+            r.sts()
+        )
     } else {
         "rejected without NVMe/RDMA status".to_string()
     }
@@ -154,14 +158,12 @@ impl RdmaHostQueue {
         let nomem = || TransportError::Other("out of memory for queue buffers".into());
         let cmd_buf = Arc::new(DmaBuffer::new(usize::from(depth) * SQE_LEN).ok_or_else(nomem)?);
         let rsp_buf = Arc::new(DmaBuffer::new(usize::from(depth) * CQE_LEN).ok_or_else(nomem)?);
-        let cmd_mr = f
-            .pd
-            .register(cmd_buf.clone(), Access::LOCAL_WRITE)
-            .map_err(verbs_err)?;
-        let rsp_mr = f
-            .pd
-            .register(rsp_buf.clone(), Access::LOCAL_WRITE)
-            .map_err(verbs_err)?;
+        let cmd_mr =
+            f.pd.register(cmd_buf.clone(), Access::LOCAL_WRITE)
+                .map_err(verbs_err)?;
+        let rsp_mr =
+            f.pd.register(rsp_buf.clone(), Access::LOCAL_WRITE)
+                .map_err(verbs_err)?;
         let mut req = [0u8; CM_REQ_LEN];
         {
             let mut r = CmRequest::new_unchecked(&mut req[..]);
@@ -293,7 +295,10 @@ impl HostQueue for RdmaHostQueue {
     ) -> Result<(), TransportError> {
         self.check()?;
         if slot >= self.depth {
-            return Err(TransportError::Invalid(format!("slot {slot} >= depth {}", self.depth)));
+            return Err(TransportError::Invalid(format!(
+                "slot {slot} >= depth {}",
+                self.depth
+            )));
         }
         let mut capsule = *sqe;
         let dptr = capsule
@@ -302,7 +307,9 @@ impl HostQueue for RdmaHostQueue {
         let mut data_sge = None;
         let desc = match (data, dir) {
             (Some(b), DataDir::ToCtrl) if b.len as u64 <= u64::from(self.icd) && b.len > 0 => {
-                let mr = b.mr.as_ref().ok_or_else(|| TransportError::Invalid("unregistered buffer".into()))?;
+                let mr =
+                    b.mr.as_ref()
+                        .ok_or_else(|| TransportError::Invalid("unregistered buffer".into()))?;
                 data_sge = Some(Sge {
                     addr: b.addr(),
                     length: b.len as u32,
@@ -311,7 +318,9 @@ impl HostQueue for RdmaHostQueue {
                 SglDescriptor::in_capsule(0, b.len as u32)
             }
             (Some(b), DataDir::ToCtrl | DataDir::FromCtrl) if b.len > 0 => {
-                let mr = b.mr.as_ref().ok_or_else(|| TransportError::Invalid("unregistered buffer".into()))?;
+                let mr =
+                    b.mr.as_ref()
+                        .ok_or_else(|| TransportError::Invalid("unregistered buffer".into()))?;
                 SglDescriptor::keyed(b.addr(), b.len as u32, mr.rkey(), false)
             }
             _ => SglDescriptor::keyed(0, 0, 0, false),
@@ -356,7 +365,7 @@ impl HostQueue for RdmaHostQueue {
                 wr_id: WR_SEND | u64::from(p.slot),
                 op: SendOp::Send,
                 sg_list: sg,
-                signaled: self.sends % self.signal_every == 0,
+                signaled: self.sends.is_multiple_of(self.signal_every),
             });
         }
         let r = self.qp.post_send(&wrs);

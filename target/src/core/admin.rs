@@ -6,9 +6,7 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 
 use nvmf_common::types::Nsid;
-use nvmf_common::wire::admin::{
-    self, cns, fid, num_queues_decode, num_queues_encode, opcode, sel,
-};
+use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_encode, opcode, sel};
 use nvmf_common::wire::identify::IDENTIFY_LEN;
 use nvmf_common::wire::log::{lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, SmartLog};
 use nvmf_common::wire::sqe::{self, Sqe};
@@ -222,8 +220,9 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
         lid::CMD_EFFECTS => cmd_effects_log(),
         other => {
             debug!(lid = other, "unsupported log page");
-            return Err(Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE)
-                .at(sqe::offset::CDW10, 0));
+            return Err(
+                Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE).at(sqe::offset::CDW10, 0)
+            );
         }
     };
     serve_log(req, &log)
@@ -294,8 +293,9 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
     let cmd = req.cmd();
     let f = admin::feature_fid(&cmd);
     if admin::feature_sv(&cmd) {
-        return Err(Status::cmd_specific(cmd_specific::FEATURE_ID_NOT_SAVEABLE)
-            .at(sqe::offset::CDW10, 31));
+        return Err(
+            Status::cmd_specific(cmd_specific::FEATURE_ID_NOT_SAVEABLE).at(sqe::offset::CDW10, 31)
+        );
     }
     let cdw11 = cmd.cdw11();
     match f {

@@ -35,13 +35,19 @@ pub(super) fn parse(_ctrl: &Controller, req: &Request) -> Result<Plan, Status> {
         opcode::SET_FEATURES | opcode::GET_FEATURES => match admin::feature_fid(&cmd) {
             fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG => Ok(Plan::NONE),
             other => {
-                debug!(fid = other, "feature not supported on a discovery controller");
+                debug!(
+                    fid = other,
+                    "feature not supported on a discovery controller"
+                );
                 Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0))
             }
         },
         opcode::KEEP_ALIVE | opcode::ASYNC_EVENT_REQUEST => Ok(Plan::NONE),
         other => {
-            debug!(opcode = other, "opcode not supported on a discovery controller");
+            debug!(
+                opcode = other,
+                "opcode not supported on a discovery controller"
+            );
             Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0))
         }
     }
@@ -154,7 +160,13 @@ pub(crate) fn discovery_log(target: &Target, port: &PortInfo, host: &Nqn) -> Vec
             }
         }
         if let Some(slot) = chunks.next() {
-            fill_entry(slot, port, &Nqn::discovery(), subtype::CURRENT_DISCOVERY, asqsz);
+            fill_entry(
+                slot,
+                port,
+                &Nqn::discovery(),
+                subtype::CURRENT_DISCOVERY,
+                asqsz,
+            );
         }
     }
     log

@@ -8,8 +8,9 @@ use tracing::{info, warn};
 
 use nvmf_common::types::{Cntlid, Nqn, Qid};
 use nvmf_common::wire::fabrics::{
-    connect_data_offset, connect_invalid_param_dw0, connect_offset, fctype, reg, Cap, ConnectCmd,
-    cap_css, ConnectData, PropertyGetCmd as PropertyGet, PropertySetCmd as PropertySet, CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
+    cap_css, connect_data_offset, connect_invalid_param_dw0, connect_offset, fctype, reg, Cap,
+    ConnectCmd, ConnectData, PropertyGetCmd as PropertyGet, PropertySetCmd as PropertySet,
+    CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
 };
 use nvmf_common::wire::sqe;
 use nvmf_common::wire::status::{cmd_specific, generic, Sct, Status};
@@ -29,7 +30,10 @@ const PROP_SIZE_MASK: u8 = 0x7;
 pub(super) fn parse_connect(req: &Request) -> Result<Plan, Status> {
     let cmd = req.cmd();
     if cmd.opcode() != FABRICS_OPCODE || cmd.fctype() != fctype::CONNECT {
-        warn!(opcode = cmd.opcode(), "command other than Connect on an unconnected queue");
+        warn!(
+            opcode = cmd.opcode(),
+            "command other than Connect on an unconnected queue"
+        );
         return Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
     }
     Ok(Plan {
@@ -94,8 +98,10 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     let (recfmt, qid, sqsize, kato) = (cmd.recfmt(), cmd.qid(), cmd.sqsize(), cmd.kato());
     if recfmt != 0 {
         warn!(recfmt, "Connect with unsupported record format");
-        return Err(Status::cmd_specific(cmd_specific::CONNECT_INCOMPATIBLE_FORMAT)
-            .at(connect_offset::RECFMT, 0));
+        return Err(
+            Status::cmd_specific(cmd_specific::CONNECT_INCOMPATIBLE_FORMAT)
+                .at(connect_offset::RECFMT, 0),
+        );
     }
     let mut data = vec![0u8; CONNECT_DATA_LEN];
     if !req.read_data(0, &mut data) {
@@ -252,7 +258,10 @@ fn property_set(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
         }
         (reg::CC, _) => Err(Status::generic(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0)),
         _ => {
-            warn!(offset, "Property Set of a read-only or unsupported register");
+            warn!(
+                offset,
+                "Property Set of a read-only or unsupported register"
+            );
             Err(Status::new(Sct::Generic, generic::INVALID_FIELD)
                 .dnr()
                 .at(PROP_OFFSET_OFFSET, 0))

@@ -115,7 +115,11 @@ pub(super) fn namespace(ns: &Namespace, out: &mut [u8]) {
     id.set_nsze(ns.nblocks);
     id.set_ncap(ns.nblocks);
     id.set_nuse(ns.nblocks);
-    id.set_nsfeat(if info.supports_deallocate { NSFEAT_THIN } else { 0 });
+    id.set_nsfeat(if info.supports_deallocate {
+        NSFEAT_THIN
+    } else {
+        0
+    });
     id.set_nlbaf(0);
     id.set_flbas(0);
     id.set_nmic(NMIC_SHARED);

@@ -107,7 +107,12 @@ pub(super) fn execute(
 }
 
 /// Issues the backend operations; returns how many.
-fn submit(ctrl: &Arc<Controller>, ex: &mut ExecCtx, req: &mut Request, tag: u64) -> Result<u32, Status> {
+fn submit(
+    ctrl: &Arc<Controller>,
+    ex: &mut ExecCtx,
+    req: &mut Request,
+    tag: u64,
+) -> Result<u32, Status> {
     let cmd = req.cmd();
     let op = cmd.opcode();
     if op == opcode::FLUSH && cmd.nsid() == Nsid::BROADCAST.0 {
@@ -143,9 +148,8 @@ fn submit(ctrl: &Arc<Controller>, ex: &mut ExecCtx, req: &mut Request, tag: u64)
         }
         opcode::COMPARE => {
             let len = req.plan.len as usize;
-            let scratch = Arc::new(
-                DmaBuffer::new(len).ok_or(Status::generic(generic::INTERNAL_ERROR))?,
-            );
+            let scratch =
+                Arc::new(DmaBuffer::new(len).ok_or(Status::generic(generic::INTERNAL_ERROR))?);
             let buf = DmaSlice::new(scratch.clone(), 0, len).ok_or_else(data_err)?;
             req.scratch = Some(scratch);
             IoOp::Read {

@@ -300,7 +300,10 @@ impl ExecCtx {
 
     /// File descriptors to wait on for backend completions.
     pub fn event_fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.channels.values().filter_map(|c| c.event_fd()).collect()
+        self.channels
+            .values()
+            .filter_map(|c| c.event_fd())
+            .collect()
     }
 
     /// Scratch vector for callers that reap into a reused buffer.

@@ -193,7 +193,13 @@ fn build_queue(
         qp.post_recv(&wrs)
     };
     let qp = req.accept(init, &acc, &mut pre_post)?;
-    debug!(qid = qr.qid, slots, hrqsize = qr.hrqsize, qp = qp.qp_num(), "NVMe/RDMA queue accepted");
+    debug!(
+        qid = qr.qid,
+        slots,
+        hrqsize = qr.hrqsize,
+        qp = qp.qp_num(),
+        "NVMe/RDMA queue accepted"
+    );
     let ctx = QueueCtx::new(Qid(qr.qid), slots - 1, port.clone());
     let ok = group.add(NewQueue {
         qp: qp.clone(),

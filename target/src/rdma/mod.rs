@@ -121,6 +121,21 @@ impl RdmaServer {
         })
     }
 
+    /// Data-path counters summed over the poll groups.
+    pub fn counters(&self) -> poll_group::GroupCounters {
+        let mut t = poll_group::GroupCounters::default();
+        for g in &self.groups {
+            let c = g.stats.snapshot();
+            t.send_doorbells += c.send_doorbells;
+            t.send_wrs += c.send_wrs;
+            t.recv_doorbells += c.recv_doorbells;
+            t.recv_wrs += c.recv_wrs;
+            t.commands += c.commands;
+            t.sleeps += c.sleeps;
+        }
+        t
+    }
+
     /// Stops listeners and poll groups and waits for them.
     pub fn shutdown(mut self) {
         self.stop_threads();

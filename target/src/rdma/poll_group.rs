@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,8 +26,8 @@ use tracing::{debug, info, warn};
 
 use nvmf_common::config::PollMode;
 use nvmf_common::verbs::{
-    CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QueuePair, RecvWr,
-    SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QueuePair, RecvWr, SendOp,
+    SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use nvmf_common::wire::sgl::{subtype, SglDescriptor};
 use nvmf_common::wire::sqe::{self, SQE_LEN};
@@ -66,6 +66,50 @@ pub struct NewQueue {
     pub resp_mr: Arc<dyn MemoryRegion>,
 }
 
+/// Data-path counters of a poll group (relaxed atomics, written by its thread only).
+#[derive(Debug, Default)]
+pub struct GroupStats {
+    /// `post_send` calls (doorbells) and the work requests they carried.
+    pub send_doorbells: AtomicU64,
+    pub send_wrs: AtomicU64,
+    /// `post_recv` calls and the receives they reposted.
+    pub recv_doorbells: AtomicU64,
+    pub recv_wrs: AtomicU64,
+    /// Commands received and responses sent.
+    pub commands: AtomicU64,
+    /// Times the thread blocked waiting for work.
+    pub sleeps: AtomicU64,
+}
+
+/// A snapshot of [`GroupStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCounters {
+    pub send_doorbells: u64,
+    pub send_wrs: u64,
+    pub recv_doorbells: u64,
+    pub recv_wrs: u64,
+    pub commands: u64,
+    pub sleeps: u64,
+}
+
+impl GroupStats {
+    pub fn snapshot(&self) -> GroupCounters {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        GroupCounters {
+            send_doorbells: r(&self.send_doorbells),
+            send_wrs: r(&self.send_wrs),
+            recv_doorbells: r(&self.recv_doorbells),
+            recv_wrs: r(&self.recv_wrs),
+            commands: r(&self.commands),
+            sleeps: r(&self.sleeps),
+        }
+    }
+}
+
+fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
 /// What the listener needs to hand queues to a group.
 #[derive(Clone)]
 pub struct GroupHandle {
@@ -73,6 +117,7 @@ pub struct GroupHandle {
     pub cq: Arc<dyn CompletionQueue>,
     tx: Sender<NewQueue>,
     wake: Arc<EventFd>,
+    pub stats: Arc<GroupStats>,
 }
 
 impl GroupHandle {
@@ -110,8 +155,16 @@ enum SlotState {
 #[derive(Debug, Clone, Copy)]
 enum HostData {
     None,
-    InCapsule { offset: usize, len: u32 },
-    Keyed { addr: u64, len: u32, key: u32, invalidate: bool },
+    InCapsule {
+        offset: usize,
+        len: u32,
+    },
+    Keyed {
+        addr: u64,
+        len: u32,
+        key: u32,
+        invalidate: bool,
+    },
 }
 
 struct Slot {
@@ -125,9 +178,18 @@ struct Slot {
 #[derive(Clone, Copy)]
 enum PendingSend {
     /// Response for `slot`, preceded by an RDMA WRITE of `write_len` bytes when set.
-    Response { slot: u16, write: Option<(u64, u32, u32)>, invalidate: Option<u32> },
+    Response {
+        slot: u16,
+        write: Option<(u64, u32, u32)>,
+        invalidate: Option<u32>,
+    },
     /// RDMA READ of host data into the slot's pool buffer.
-    Read { slot: u16, addr: u64, key: u32, len: u32 },
+    Read {
+        slot: u16,
+        addr: u64,
+        key: u32,
+        len: u32,
+    },
 }
 
 struct Queue {
@@ -151,7 +213,12 @@ impl Queue {
     fn in_flight(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| matches!(s.state, SlotState::Reading | SlotState::Executing | SlotState::Sending))
+            .filter(|s| {
+                matches!(
+                    s.state,
+                    SlotState::Reading | SlotState::Executing | SlotState::Sending
+                )
+            })
             .count()
     }
 }
@@ -178,6 +245,7 @@ struct Group {
     orphans: Vec<(Instant, WorkCompletion)>,
     wc_buf: Vec<WorkCompletion>,
     sge_buf: Vec<Sge>,
+    stats: Arc<GroupStats>,
 }
 
 /// Starts poll group `index`.
@@ -195,11 +263,13 @@ pub fn spawn(
             .map_err(|e| VerbsError::Provider(format!("eventfd: {e}")))?,
     );
     let (tx, rx) = channel();
+    let stats = Arc::new(GroupStats::default());
     let handle = GroupHandle {
         index,
         cq: cq.clone(),
         tx,
         wake: wake.clone(),
+        stats: stats.clone(),
     };
     let mode = target.params.poll_mode;
     let group = Group {
@@ -219,6 +289,7 @@ pub fn spawn(
         orphans: Vec::new(),
         wc_buf: vec![WorkCompletion::EMPTY; POLL_BATCH],
         sge_buf: Vec::new(),
+        stats,
     };
     let thread = std::thread::Builder::new()
         .name(format!("nvmf-pg{index}"))
@@ -276,6 +347,7 @@ impl Group {
 
     /// Blocks until the CQ, a backend, or the wake eventfd has something.
     fn sleep(&mut self) {
+        bump(&self.stats.sleeps, 1);
         self.cq.req_notify();
         // A completion that raced with arming is seen here, not lost.
         let n = self.cq.poll(&mut self.wc_buf);
@@ -445,6 +517,7 @@ impl Group {
             self.kill_queue(qi, "short capsule");
             return;
         }
+        bump(&self.stats.commands, 1);
         let mut sqe_bytes = [0u8; SQE_LEN];
         q.recv_buf.read_at(base, &mut sqe_bytes);
         slot.req.reset(&sqe_bytes);
@@ -467,22 +540,27 @@ impl Group {
         match (plan.dir, host) {
             (DataDir::None, _) => self.execute(qi, si),
             (DataDir::HostToCtrl, HostData::InCapsule { offset, len }) => {
-                slot.req.data = DmaSlice::new(q.recv_buf.clone(), base + SQE_LEN + offset, len as usize);
+                slot.req.data =
+                    DmaSlice::new(q.recv_buf.clone(), base + SQE_LEN + offset, len as usize);
                 self.execute(qi, si)
             }
-            (DataDir::HostToCtrl, HostData::Keyed { .. }) | (DataDir::CtrlToHost, HostData::Keyed { .. }) => {
+            (DataDir::HostToCtrl, HostData::Keyed { .. })
+            | (DataDir::CtrlToHost, HostData::Keyed { .. }) => {
                 slot.state = SlotState::WaitBuf;
                 self.start_data(qi, si);
             }
             (DataDir::CtrlToHost, _) => {
                 // Read data must go to a keyed buffer of the host.
                 slot.req.fail(
-                    Status::generic(generic::SGL_DESCRIPTOR_TYPE_INVALID).at(sqe::offset::DPTR + 15, 4),
+                    Status::generic(generic::SGL_DESCRIPTOR_TYPE_INVALID)
+                        .at(sqe::offset::DPTR + 15, 4),
                 );
                 self.respond(qi, si)
             }
             (DataDir::HostToCtrl, HostData::None) => {
-                slot.req.fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
+                slot.req.fail(
+                    Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0),
+                );
                 self.respond(qi, si)
             }
         }
@@ -726,11 +804,15 @@ impl Group {
             }
             let mut failed = None;
             if !q.sends.is_empty() {
-                if let Err(e) = post_sends(q, lkey, &mut self.sge_buf) {
-                    failed = Some(e);
+                bump(&self.stats.send_doorbells, 1);
+                match post_sends(q, lkey, &mut self.sge_buf) {
+                    Ok(n) => bump(&self.stats.send_wrs, n as u64),
+                    Err(e) => failed = Some(e),
                 }
             }
             if failed.is_none() && !q.reposts.is_empty() {
+                bump(&self.stats.recv_doorbells, 1);
+                bump(&self.stats.recv_wrs, q.reposts.len() as u64);
                 if let Err(e) = post_recvs(q, &mut self.sge_buf) {
                     failed = Some(e);
                 }
@@ -755,7 +837,10 @@ impl Group {
             q.sends.clear();
             q.reposts.clear();
             for slot in &mut q.slots {
-                if matches!(slot.state, SlotState::Posted | SlotState::Held | SlotState::WaitBuf | SlotState::Idle) {
+                if matches!(
+                    slot.state,
+                    SlotState::Posted | SlotState::Held | SlotState::WaitBuf | SlotState::Idle
+                ) {
                     slot.state = SlotState::Idle;
                     slot.req.release();
                     if let Some(b) = slot.buf.take() {
@@ -865,13 +950,17 @@ fn decode_sgl(sqe_bytes: &[u8], icd_len: usize) -> Result<(HostData, u32), Statu
     }
 }
 
-fn post_sends(q: &mut Queue, pool_lkey: u32, sges: &mut Vec<Sge>) -> Result<(), VerbsError> {
+/// Posts the queue's batched sends with one doorbell; returns the work requests posted.
+fn post_sends(q: &mut Queue, pool_lkey: u32, sges: &mut Vec<Sge>) -> Result<usize, VerbsError> {
     // Two SGE slots per pending entry: [data or read sink, response].
     sges.clear();
     for p in &q.sends {
         match *p {
             PendingSend::Response { slot, write, .. } => {
-                let data = match (write, q.slots.get(usize::from(slot)).and_then(|s| s.buf.as_ref())) {
+                let data = match (
+                    write,
+                    q.slots.get(usize::from(slot)).and_then(|s| s.buf.as_ref()),
+                ) {
                     (Some((_, _, len)), Some(b)) => Sge {
                         addr: b.addr(),
                         length: len,
@@ -956,10 +1045,11 @@ fn post_sends(q: &mut Queue, pool_lkey: u32, sges: &mut Vec<Sge>) -> Result<(), 
             }),
         }
     }
+    let n = wrs.len();
     let r = q.qp.post_send(&wrs);
     drop(wrs);
     q.sends.clear();
-    r
+    r.map(|()| n)
 }
 
 fn post_recvs(q: &mut Queue, sges: &mut Vec<Sge>) -> Result<(), VerbsError> {

@@ -42,10 +42,14 @@ pub struct BufferPool {
 impl BufferPool {
     /// Allocates and registers an arena of `bytes` for transfers up to `max_io` bytes.
     pub fn new(pd: &dyn ProtectionDomain, bytes: usize, max_io: u32) -> Result<Self, VerbsError> {
-        let max_shift = max_io.max(1 << MIN_CLASS_SHIFT).next_power_of_two().trailing_zeros();
+        let max_shift = max_io
+            .max(1 << MIN_CLASS_SHIFT)
+            .next_power_of_two()
+            .trailing_zeros();
         let bytes = bytes.max(1usize << max_shift);
         let arena = Arc::new(
-            DmaBuffer::new(bytes).ok_or(VerbsError::Provider("cannot allocate data arena".into()))?,
+            DmaBuffer::new(bytes)
+                .ok_or(VerbsError::Provider("cannot allocate data arena".into()))?,
         );
         let mr = pd.register(arena.clone(), Access::LOCAL_WRITE)?;
         Ok(BufferPool {
@@ -64,7 +68,11 @@ impl BufferPool {
     /// A buffer of at least `len` bytes (the slice is exactly `len`), or None when the
     /// arena is exhausted (the caller retries after buffers come back).
     pub fn alloc(&mut self, len: u32) -> Option<PoolBuf> {
-        let shift = len.max(1).next_power_of_two().trailing_zeros().max(MIN_CLASS_SHIFT);
+        let shift = len
+            .max(1)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(MIN_CLASS_SHIFT);
         if shift > self.max_shift {
             return None;
         }

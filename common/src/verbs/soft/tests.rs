@@ -178,7 +178,9 @@ fn connect_accept_exchanges_private_data() {
         assert_eq!(req.private_data(), b"hello from host");
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(16).unwrap();
-        let qp = req.accept(init(&pd, &cq), b"welcome", &mut |_| Ok(())).unwrap();
+        let qp = req
+            .accept(init(&pd, &cq), b"welcome", &mut |_| Ok(()))
+            .unwrap();
         (qp, pd, cq)
     });
     let pd = dev.alloc_pd().unwrap();
