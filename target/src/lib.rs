@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod controller;
 pub mod core;
+pub mod fastmap;
 pub mod params;
 pub mod rdma;
 pub mod subsystem;

@@ -2,7 +2,7 @@
 //! verbs provider, one host thread and one target poll-group thread.
 //!
 //!     cargo bench -p nvmf-tests --bench loopback            # full (5 s per point)
-//!     BENCH_SECS=1 cargo bench -p nvmf-tests --bench loopback
+//!     BENCH_SECS=1 BENCH_ONLY=QD32 cargo bench -p nvmf-tests --bench loopback
 //!
 //! Prints latency percentiles and IOPS per point, and what each I/O cost in verbs
 //! calls: doorbells (post_send/post_recv calls) and work requests, host and target.
@@ -88,7 +88,9 @@ fn main() {
         "host db/IO",
         "host WR/IO"
     );
-    for p in &points {
+    // BENCH_ONLY=substring runs the matching points only.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    for p in points.iter().filter(|p| p.name.contains(only.as_str())) {
         let mut cfg = config(&[p.ns]);
         cfg.transport.poll_mode = PollMode::Poll;
         let env = start(&cfg);

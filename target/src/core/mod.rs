@@ -21,7 +21,6 @@ mod fabrics;
 mod identify;
 mod io;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -245,7 +244,9 @@ impl QueueCtx {
 /// Per-thread execution context: backend channels opened by this poll group.
 pub struct ExecCtx {
     pub target: Arc<Target>,
-    channels: HashMap<u64, Box<dyn IoChannel>>,
+    /// The poll loop's clock for this iteration (keep-alive bookkeeping).
+    pub now: Instant,
+    channels: crate::fastmap::FastMap<u64, Box<dyn IoChannel>>,
     dirty: Vec<u64>,
     reaped: Vec<IoCompletion>,
 }
@@ -254,7 +255,8 @@ impl ExecCtx {
     pub fn new(target: Arc<Target>) -> Self {
         ExecCtx {
             target,
-            channels: HashMap::new(),
+            now: Instant::now(),
+            channels: crate::fastmap::FastMap::default(),
             dirty: Vec::new(),
             reaped: Vec::with_capacity(256),
         }
@@ -374,9 +376,8 @@ fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan,
 
 /// Step 3: runs a parsed command whose data (if host-to-controller) is in `req.data`.
 pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) -> Outcome {
-    let now = Instant::now();
     if let Some(c) = &q.ctrl {
-        c.touch(now);
+        c.touch(ex.now);
     }
     let opcode = req.opcode();
     if opcode == FABRICS_OPCODE {

@@ -117,6 +117,8 @@ pub struct GroupHandle {
     pub cq: Arc<dyn CompletionQueue>,
     tx: Sender<NewQueue>,
     wake: Arc<EventFd>,
+    /// Set when a queue was handed over: the loop checks this flag, not the channel.
+    pending: Arc<AtomicBool>,
     pub stats: Arc<GroupStats>,
 }
 
@@ -124,6 +126,7 @@ impl GroupHandle {
     /// Hands over a queue whose receives are posted and whose QP is connected.
     pub fn add(&self, q: NewQueue) -> bool {
         let ok = self.tx.send(q).is_ok();
+        self.pending.store(true, Ordering::Release);
         self.wake();
         ok
     }
@@ -229,6 +232,7 @@ struct Group {
     cq: Arc<dyn CompletionQueue>,
     rx: Receiver<NewQueue>,
     wake: Arc<EventFd>,
+    pending: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     queues: Vec<Option<Queue>>,
     next_gen: u16,
@@ -238,7 +242,7 @@ struct Group {
     /// Queue indices with batched work to post.
     dirty: Vec<u16>,
     /// QP number → queue index, to route completions.
-    by_qp: std::collections::HashMap<u32, u16>,
+    by_qp: crate::fastmap::FastMap<u32, u16>,
     /// Completions of QPs the group does not know yet: the host may send its first
     /// capsule before the listener's hand-over reaches us. Replayed when the queue
     /// arrives; dropped after [`ORPHAN_TTL`] (those belong to queues already freed).
@@ -264,11 +268,13 @@ pub fn spawn(
     );
     let (tx, rx) = channel();
     let stats = Arc::new(GroupStats::default());
+    let pending = Arc::new(AtomicBool::new(false));
     let handle = GroupHandle {
         index,
         cq: cq.clone(),
         tx,
         wake: wake.clone(),
+        pending: pending.clone(),
         stats: stats.clone(),
     };
     let mode = target.params.poll_mode;
@@ -279,13 +285,14 @@ pub fn spawn(
         cq,
         rx,
         wake,
+        pending,
         stop,
         queues: Vec::new(),
         next_gen: 1,
         pool,
         mode,
         dirty: Vec::new(),
-        by_qp: std::collections::HashMap::new(),
+        by_qp: crate::fastmap::FastMap::default(),
         orphans: Vec::new(),
         wc_buf: vec![WorkCompletion::EMPTY; POLL_BATCH],
         sge_buf: Vec::new(),
@@ -306,10 +313,15 @@ impl Group {
         debug!(group = self.index, "poll group running");
         while !self.stop.load(Ordering::Acquire) {
             let mut work = 0usize;
-            while let Ok(nq) = self.rx.try_recv() {
-                self.add_queue(nq);
-                work += 1;
+            if self.pending.load(Ordering::Acquire) {
+                self.pending.store(false, Ordering::Release);
+                while let Ok(nq) = self.rx.try_recv() {
+                    self.add_queue(nq);
+                    work += 1;
+                }
             }
+            let now = Instant::now();
+            self.ex.now = now;
             let n = self.cq.poll(&mut self.wc_buf);
             for i in 0..n {
                 let wc = self.wc_buf[i];
@@ -324,7 +336,6 @@ impl Group {
                 }
             }
             self.serve_events();
-            let now = Instant::now();
             if now.duration_since(last_timer) >= TIMER_PERIOD {
                 last_timer = now;
                 self.timers(now);
@@ -1074,4 +1085,105 @@ fn post_recvs(q: &mut Queue, sges: &mut Vec<Sge>) -> Result<(), VerbsError> {
     drop(wrs);
     q.reposts.clear();
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqe_with(desc: SglDescriptor) -> [u8; SQE_LEN] {
+        let mut sqe = [0u8; SQE_LEN];
+        desc.emit(&mut sqe[24..40]).unwrap();
+        sqe
+    }
+
+    #[test]
+    fn keyed_sgl_with_invalidate() {
+        let sqe = sqe_with(SglDescriptor::keyed(0x1000, 4096, 0xABCD, true));
+        match decode_sgl(&sqe, 0).unwrap() {
+            (
+                HostData::Keyed {
+                    addr,
+                    len,
+                    key,
+                    invalidate,
+                },
+                4096,
+            ) => {
+                assert_eq!((addr, len, key, invalidate), (0x1000, 4096, 0xABCD, true));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn null_keyed_sgl_means_no_data() {
+        let sqe = sqe_with(SglDescriptor::keyed(0, 0, 0, false));
+        assert!(matches!(decode_sgl(&sqe, 0).unwrap(), (HostData::None, 0)));
+    }
+
+    #[test]
+    fn in_capsule_bounds() {
+        let ok = sqe_with(SglDescriptor::in_capsule(0, 4096));
+        assert!(matches!(
+            decode_sgl(&ok, 4096).unwrap(),
+            (
+                HostData::InCapsule {
+                    offset: 0,
+                    len: 4096
+                },
+                4096
+            )
+        ));
+        // Data past what arrived in the capsule.
+        let st = decode_sgl(&ok, 4095).unwrap_err();
+        assert!(st.is(
+            nvmf_common::wire::status::Sct::Generic,
+            generic::SGL_OFFSET_INVALID
+        ));
+        // Offset + length wrapping around 2^64.
+        let wrap = sqe_with(SglDescriptor::DataBlock {
+            addr: u64::MAX - 10,
+            len: 4096,
+            subtype: subtype::OFFSET,
+        });
+        let st = decode_sgl(&wrap, 8192).unwrap_err();
+        assert!(st.is(
+            nvmf_common::wire::status::Sct::Generic,
+            generic::SGL_OFFSET_INVALID
+        ));
+    }
+
+    #[test]
+    fn unsupported_descriptor_types() {
+        // A data block with an address (not an in-capsule offset) and a segment descriptor.
+        for desc in [
+            SglDescriptor::DataBlock {
+                addr: 0x1000,
+                len: 512,
+                subtype: subtype::ADDRESS,
+            },
+            SglDescriptor::Other {
+                desc_type: nvmf_common::wire::sgl::desc_type::SEGMENT,
+                subtype: 0,
+            },
+        ] {
+            let st = decode_sgl(&sqe_with(desc), 0).unwrap_err();
+            assert!(
+                st.is(
+                    nvmf_common::wire::status::Sct::Generic,
+                    generic::SGL_DESCRIPTOR_TYPE_INVALID
+                ),
+                "{desc:?}: {st}"
+            );
+        }
+    }
+
+    #[test]
+    fn wr_ids_roundtrip() {
+        let id = verbs_wr_id(wr_kind::READ, 513);
+        assert_eq!(verbs_wr_id_parts(id), (wr_kind::READ, 513));
+        let tag = wr_id(0, 7, 3, 99);
+        assert_eq!(wr_id_parts(tag), (0, 7, 3, 99));
+    }
 }
