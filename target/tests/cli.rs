@@ -9,7 +9,7 @@ fn target() -> Command {
 
 fn tmp(name: &str, text: &str) -> std::path::PathBuf {
     let p = std::env::temp_dir().join(format!("nvmf-cli-{}-{name}", std::process::id()));
-    std::fs::write(&p, text).unwrap();
+    std::fs::write(&p, text).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
     p
 }
 
