@@ -26,6 +26,7 @@
 mod error;
 mod locate;
 mod serde_util;
+pub mod spec;
 mod validate;
 
 #[cfg(test)]

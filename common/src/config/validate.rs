@@ -463,7 +463,7 @@ fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
     }
     for kind in ["ram", "null"] {
         if let Some(size) = spec.strip_prefix(kind).and_then(|r| r.strip_prefix(':')) {
-            return parse_size(size)
+            return super::spec::parse_size(size)
                 .map(|n| Some((kind, n)))
                 .map_err(|e| format!("{spec:?}: {e}"));
         }
@@ -474,42 +474,13 @@ fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
     Ok(None)
 }
 
-/// Parses a size: bytes, or a number with a 1024-based `K`, `M`, `G` or `T` suffix
-/// (case-insensitive), optionally followed by `iB` or `B`.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits_end = t.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits_end);
-    if num.is_empty() {
-        return Err(format!(
-            "invalid size {s:?}: expected a number of bytes, optionally with a K/M/G/T suffix"
-        ));
-    }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
-    let shift = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "invalid size {s:?}: unknown suffix {suffix:?} (use K, M, G or T)"
-            ))
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("invalid size {s:?}: does not fit in 64 bits"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn sizes() {
+        use super::super::spec::parse_size;
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("1G"), Ok(1 << 30));
         assert_eq!(parse_size("512k"), Ok(512 << 10));

@@ -12,9 +12,7 @@
 //! `T` (case-insensitive), optionally followed by `iB` or `B`: `512k`, `1G`, `1GiB`,
 //! `2TB`. A path that happens to start with `ram:` or `null:` can be written `./ram:x`.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use super::file::{FileBackend, FileOptions};
@@ -28,87 +26,7 @@ pub const DEFAULT_BLOCK_SIZE: u32 = 512;
 pub const MIN_BLOCK_SIZE: u32 = 512;
 pub const MAX_BLOCK_SIZE: u32 = 64 * 1024;
 
-/// What a namespace is backed by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NamespaceSpec {
-    /// A regular file or a block device.
-    File(PathBuf),
-    /// Memory, `size` bytes.
-    Ram { size: u64 },
-    /// Nothing: reads complete without data, writes are discarded.
-    Null { size: u64 },
-}
-
-impl FromStr for NamespaceSpec {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.is_empty() {
-            return Err("empty namespace spec: expected a path, ram:SIZE or null:SIZE".into());
-        }
-        if let Some(size) = s.strip_prefix("ram:") {
-            let size = parse_size(size).map_err(|e| format!("namespace spec {s:?}: {e}"))?;
-            return Ok(NamespaceSpec::Ram { size });
-        }
-        if let Some(size) = s.strip_prefix("null:") {
-            let size = parse_size(size).map_err(|e| format!("namespace spec {s:?}: {e}"))?;
-            return Ok(NamespaceSpec::Null { size });
-        }
-        let path = s.strip_prefix("file:").unwrap_or(s);
-        if path.is_empty() {
-            return Err(format!("namespace spec {s:?}: empty path"));
-        }
-        Ok(NamespaceSpec::File(PathBuf::from(path)))
-    }
-}
-
-impl fmt::Display for NamespaceSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NamespaceSpec::File(p) => {
-                let s = p.to_string_lossy();
-                if s.starts_with("ram:") || s.starts_with("null:") || s.starts_with("file:") {
-                    write!(f, "file:{s}")
-                } else {
-                    write!(f, "{s}")
-                }
-            }
-            NamespaceSpec::Ram { size } => write!(f, "ram:{size}"),
-            NamespaceSpec::Null { size } => write!(f, "null:{size}"),
-        }
-    }
-}
-
-/// Parses a size: plain bytes, or a number followed by `K`, `M`, `G` or `T`
-/// (1024-based, case-insensitive), optionally followed by `iB` or `B`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits_end);
-    if num.is_empty() {
-        return Err(format!(
-            "invalid size {s:?}: expected a number of bytes, optionally with a K/M/G/T suffix"
-        ));
-    }
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?}: number too large"))?;
-    let suffix = suffix.to_ascii_lowercase();
-    let shift = match suffix.as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "invalid size {s:?}: unknown suffix {suffix:?} (use K, M, G or T, optionally with iB or B)"
-            ))
-        }
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("invalid size {s:?}: does not fit in 64 bits"))
-}
+pub use nvmf_common::config::spec::{parse_size, NamespaceSpec};
 
 /// How to open a backend.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
