@@ -354,3 +354,143 @@ fn bad_rdma_key_or_bounds_fail_only_that_queue() {
     assert_eq!(again.namespaces().len(), 1);
     let _ = Status::SUCCESS;
 }
+
+/// Connects a raw RDMA queue pair to the target with valid NVMe/RDMA private data.
+fn raw_qp(
+    env: &Env,
+) -> (
+    Arc<dyn nvmf_common::verbs::QueuePair>,
+    Arc<dyn nvmf_common::verbs::CompletionQueue>,
+    Arc<dyn MemoryRegion>,
+) {
+    use nvmf_common::verbs::{Access, Device, QpCaps, QpInit};
+    let dev: Arc<dyn Device> = env.target.device.clone();
+    let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
+    let cq = dev.create_cq(64).unwrap_or_else(|e| panic!("{e}"));
+    let buf = Arc::new(DmaBuffer::new(8192).unwrap_or_else(|| panic!("alloc")));
+    let mr = pd
+        .register(buf, Access::LOCAL_WRITE)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let req = nvmf_common::wire::rdma::cm_request(0, 32, 31, 0);
+    let port = env.target.target.ports()[0].clone();
+    let (qp, _) = dev
+        .connect(
+            &nvmf_target::rdma::listen_addr(&port),
+            QpInit {
+                pd,
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                caps: QpCaps {
+                    max_send_wr: 8,
+                    max_recv_wr: 8,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                },
+            },
+            &req,
+            &mut |_| Ok(()),
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap_or_else(|e| panic!("raw connect: {e}"));
+    (qp, cq, mr)
+}
+
+#[test]
+fn capsule_shorter_than_an_sqe_ends_only_that_connection() {
+    use nvmf_common::verbs::{SendOp, SendWr, Sge};
+    let env = start(&config(&["ram:16M"]));
+    let mut ctrl = connect(&env, 1, 32);
+    let (qp, _cq, mr) = raw_qp(&env);
+    let sge = Sge {
+        addr: mr.addr(),
+        length: 10,
+        lkey: mr.lkey(),
+    };
+    qp.post_send(&[SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        sg_list: &[sge],
+        signaled: true,
+    }])
+    .unwrap_or_else(|e| panic!("post: {e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !qp.is_dead() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        qp.is_dead(),
+        "the target must disconnect a queue that sent a short capsule"
+    );
+    // The established host is unaffected.
+    let mut q = ctrl.take_io_queues().remove(0);
+    let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+    let d = nvmf_tests::pattern(3, 8, 4096);
+    io.write(8, &d).unwrap_or_else(|e| panic!("write: {e}"));
+    let mut back = vec![0u8; 4096];
+    io.read(8, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert_eq!(back, d);
+}
+
+#[test]
+fn malformed_cm_private_data_is_rejected() {
+    use nvmf_common::verbs::{Device, QpCaps, QpInit, VerbsError};
+    let env = start(&config(&["ram:16M"]));
+    let dev: Arc<dyn Device> = env.target.device.clone();
+    let port = env.target.target.ports()[0].clone();
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (vec![0u8; 8], reject_status::INVALID_PRIVATE_DATA_LENGTH),
+        (
+            {
+                let mut r = nvmf_common::wire::rdma::cm_request(0, 32, 31, 0).to_vec();
+                r[0] = 1;
+                r
+            },
+            reject_status::INVALID_RECFMT,
+        ),
+        (
+            nvmf_common::wire::rdma::cm_request(500, 32, 31, 0).to_vec(),
+            reject_status::INVALID_QID,
+        ),
+        (
+            nvmf_common::wire::rdma::cm_request(1, 32, 0, 0).to_vec(),
+            reject_status::INVALID_HSQSIZE,
+        ),
+        (
+            nvmf_common::wire::rdma::cm_request(1, 0, 31, 0).to_vec(),
+            reject_status::INVALID_HRQSIZE,
+        ),
+    ];
+    for (pd_bytes, want) in cases {
+        let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
+        let cq = dev.create_cq(8).unwrap_or_else(|e| panic!("{e}"));
+        let r = dev.connect(
+            &nvmf_target::rdma::listen_addr(&port),
+            QpInit {
+                pd,
+                send_cq: cq.clone(),
+                recv_cq: cq,
+                caps: QpCaps {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                },
+            },
+            &pd_bytes,
+            &mut |_| Ok(()),
+            std::time::Duration::from_secs(5),
+        );
+        match r {
+            Err(VerbsError::Rejected(rej)) => {
+                let r = nvmf_common::wire::rdma::CmReject::new_unchecked(&rej[..]);
+                assert_eq!(r.sts(), want, "private data {pd_bytes:?}");
+            }
+            Err(e) => panic!("expected a reject with status {want:#x}, got {e}"),
+            Ok(_) => panic!("expected a reject with status {want:#x}, got a connection"),
+        }
+    }
+    // The port still accepts a good host.
+    let c = connect(&env, 1, 32);
+    assert_eq!(c.namespaces().len(), 1);
+}
