@@ -494,3 +494,35 @@ fn malformed_cm_private_data_is_rejected() {
     let c = connect(&env, 1, 32);
     assert_eq!(c.namespaces().len(), 1);
 }
+
+#[test]
+fn static_controller_model_honours_requested_cntlid() {
+    let mut cfg = config(&["ram:16M"]);
+    cfg.subsystems[0].controller_model = nvmf_common::config::ControllerModel::Static;
+    let env = start(&cfg);
+    // A specific controller id is granted when free...
+    let mut a = raw_queue(&env, 0, 32);
+    let c = raw_connect(&env, &mut a, 0, 31, Cntlid(7), &env.nqn);
+    assert!(c.status.is_success(), "{}", c.status);
+    assert_eq!(c.dw0 & 0xFFFF, 7);
+    // ...refused when taken...
+    let mut b = raw_queue(&env, 0, 32);
+    let c = raw_connect(&env, &mut b, 0, 31, Cntlid(7), &env.nqn);
+    assert_status(
+        &c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
+    assert_eq!(
+        c.dw0,
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID)
+    );
+    // ...and 0xFFFE takes any free one.
+    let mut d = raw_queue(&env, 0, 32);
+    let c = raw_connect(&env, &mut d, 0, 31, Cntlid::STATIC_ANY, &env.nqn);
+    assert!(c.status.is_success(), "{}", c.status);
+    assert_ne!(c.dw0 & 0xFFFF, 7);
+    // Identify Controller reports the static model (FCATT bit 0).
+    let ctrl = connect(&env, 1, 32);
+    assert_eq!(ctrl.id_ctrl().fcatt & 1, 1);
+}

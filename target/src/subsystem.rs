@@ -25,14 +25,7 @@ pub enum SubsystemKind {
     Discovery,
 }
 
-/// How controller ids are assigned (Identify Controller FCATT bit 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControllerModel {
-    /// The target picks a fresh cntlid per association; hosts send 0xFFFF.
-    Dynamic,
-    /// Hosts may ask for a specific cntlid (or 0xFFFE for any).
-    Static,
-}
+pub use nvmf_common::config::ControllerModel;
 
 /// A namespace: an NSID bound to a backend.
 pub struct Namespace {

@@ -104,7 +104,7 @@ impl Target {
                 allowed_hosts: s.allowed_hosts.clone(),
                 cntlid_min: s.cntlid_min.0,
                 cntlid_max: s.cntlid_max.0,
-                controller_model: ControllerModel::Dynamic,
+                controller_model: s.controller_model,
             });
             for n in s.namespaces.iter().filter(|n| n.enable) {
                 let spec: NamespaceSpec = n

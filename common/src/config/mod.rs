@@ -148,6 +148,21 @@ impl fmt::Display for AdrFam {
     }
 }
 
+/// How a subsystem assigns controller ids (Identify Controller FCATT bit 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControllerModel {
+    /// A fresh controller per association; hosts ask for CNTLID 0xFFFF (nvmet's model).
+    #[default]
+    Dynamic,
+    /// Hosts may ask for a specific CNTLID (or 0xFFFE for any free one).
+    Static,
+}
+
+fn is_dynamic(m: &ControllerModel) -> bool {
+    *m == ControllerModel::Dynamic
+}
+
 /// How queues wait for work.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -307,6 +322,9 @@ pub struct SubsystemConfig {
     /// Largest controller id handed out (configfs `attr_cntlid_max`), default 0xFFEF.
     #[serde(default = "default_cntlid_max", with = "serde_util::cntlid")]
     pub cntlid_max: Cntlid,
+    /// `dynamic` (default) or `static` controller model.
+    #[serde(default, skip_serializing_if = "is_dynamic")]
+    pub controller_model: ControllerModel,
     #[serde(default)]
     pub namespaces: Vec<NamespaceConfig>,
 }
@@ -322,6 +340,7 @@ impl SubsystemConfig {
             allowed_hosts: Vec::new(),
             cntlid_min: Cntlid::MIN,
             cntlid_max: Cntlid::MAX,
+            controller_model: ControllerModel::Dynamic,
             namespaces: Vec::new(),
         }
     }

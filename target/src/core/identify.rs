@@ -9,7 +9,7 @@ use nvmf_common::wire::identify::{
 };
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
-use crate::subsystem::Namespace;
+use crate::subsystem::{ControllerModel, Namespace};
 use crate::target::Target;
 
 /// IEEE OUI reported in Identify Controller (none registered: zero).
@@ -35,6 +35,8 @@ const NMIC_SHARED: u8 = 1;
 const NSFEAT_THIN: u8 = 1;
 /// DLFEAT: deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may deallocate.
 const DLFEAT_READ_ZEROES: u8 = 0x1 | 0x8;
+/// FCATT bit 0: static controller model.
+const FCATT_STATIC: u8 = 1;
 /// SQE size and the 16-byte unit of IOCCSZ/IORCSZ.
 const SQE_BYTES: u32 = 64;
 const CAPSULE_UNIT: u32 = 16;
@@ -89,7 +91,10 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     id.set_ioccsz((SQE_BYTES + icd) / CAPSULE_UNIT);
     id.set_iorcsz(1); // one 16-byte CQE
     id.set_icdoff(0);
-    id.set_fcatt(0);
+    id.set_fcatt(match ctrl.subsys.controller_model {
+        ControllerModel::Dynamic => 0,
+        ControllerModel::Static => FCATT_STATIC,
+    });
     id.set_msdbd(port.msdbd);
     let mut sgl = sgls::SUPPORTED;
     if port.keyed_sgls {
