@@ -526,3 +526,40 @@ fn static_controller_model_honours_requested_cntlid() {
     let ctrl = connect(&env, 1, 32);
     assert_eq!(ctrl.id_ctrl().fcatt & 1, 1);
 }
+
+#[test]
+fn log_page_larger_than_mdts_is_refused() {
+    let env = start(&config(&["ram:16M"]));
+    let mut admin = raw_queue(&env, 0, 32);
+    let c = raw_connect(&env, &mut admin, 0, 31, Cntlid::DYNAMIC, &env.nqn);
+    assert!(c.status.is_success());
+    enable(&mut admin);
+    // 2 MiB of error log against a 1 MiB MDTS; the keyed SGL says 2 MiB too.
+    let buf = env.fabric.alloc(2 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let sqe = command::get_log_page(
+        nvmf_common::wire::log::lid::ERROR_INFO,
+        Nsid(0),
+        2 << 20,
+        0,
+        false,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let c = exec(&mut admin, sqe, Some(&buf), DataDir::FromCtrl);
+    assert_status(&c, Sct::Generic, generic::INVALID_FIELD);
+    // Offset past the end of the log.
+    let small = buf.slice(0, 64).unwrap_or_else(|| panic!("slice"));
+    let sqe = command::get_log_page(
+        nvmf_common::wire::log::lid::ERROR_INFO,
+        Nsid(0),
+        64,
+        1 << 20,
+        false,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let c = exec(&mut admin, sqe, Some(&small), DataDir::FromCtrl);
+    assert_status(&c, Sct::Generic, generic::INVALID_FIELD);
+    // Unknown log page.
+    let sqe = command::get_log_page(0x55, Nsid(0), 64, 0, false).unwrap_or_else(|e| panic!("{e}"));
+    let c = exec(&mut admin, sqe, Some(&small), DataDir::FromCtrl);
+    assert_status(&c, Sct::CommandSpecific, cmd_specific::INVALID_LOG_PAGE);
+}

@@ -323,6 +323,11 @@ impl ExecCtx {
 /// describes. On success `req.plan` is set.
 pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> Result<(), Status> {
     let plan = parse_inner(q, target, req)?;
+    if plan.len > target.params.max_io_size {
+        // Larger than MDTS (e.g. a Get Log Page with a huge NUMD): no buffer could hold it.
+        tracing::debug!(qid = %q.qid, cid = req.cid(), len = plan.len, "transfer larger than MDTS");
+        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
+    }
     if plan.len != sgl_len {
         // nvmet_check_transfer_len: the SGL must describe exactly the command's data.
         tracing::debug!(
