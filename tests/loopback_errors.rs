@@ -563,3 +563,47 @@ fn log_page_larger_than_mdts_is_refused() {
     let c = exec(&mut admin, sqe, Some(&small), DataDir::FromCtrl);
     assert_status(&c, Sct::CommandSpecific, cmd_specific::INVALID_LOG_PAGE);
 }
+
+#[test]
+fn host_overrunning_its_queue_ends_only_that_connection() {
+    use nvmf_common::verbs::{SendOp, SendWr, Sge};
+    let env = start(&config(&["ram:16M"]));
+    let mut ctrl = connect(&env, 1, 32);
+    // 32 receive slots at the target; send 64 capsules (Connect commands with no data)
+    // back to back without ever posting a receive for the responses.
+    let (qp, _cq, mr) = raw_qp(&env);
+    let capsule = command::connect(Qid(0), 31, 0);
+    assert!(mr.buffer().write_at(0, &capsule));
+    let sge = Sge {
+        addr: mr.addr(),
+        length: 64,
+        lkey: mr.lkey(),
+    };
+    for i in 0..64u64 {
+        let wr = SendWr {
+            wr_id: i,
+            op: SendOp::Send,
+            sg_list: std::slice::from_ref(&sge),
+            signaled: false,
+        };
+        if qp.post_send(&[wr]).is_err() {
+            break;
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !qp.is_dead() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(qp.is_dead(), "the overrunning connection must end");
+    // Everyone else keeps working.
+    let mut q = ctrl.take_io_queues().remove(0);
+    let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+    let d = nvmf_tests::pattern(9, 64, 4096);
+    io.write(64, &d).unwrap_or_else(|e| panic!("write: {e}"));
+    let mut back = vec![0u8; 4096];
+    io.read(64, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert_eq!(back, d);
+    let again = connect(&env, 1, 32);
+    assert_eq!(again.namespaces().len(), 1);
+}
