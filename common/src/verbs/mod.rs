@@ -273,3 +273,34 @@ pub trait Device: Send + Sync {
         timeout: Duration,
     ) -> Result<(Arc<dyn QueuePair>, Vec<u8>), VerbsError>;
 }
+
+/// Posts one receive per entry of `slots`, each naming slot `i` of a ring of
+/// `slot_len`-byte buffers in `mr` (slot `i` starts at `mr.addr() + i * slot_len`),
+/// with one doorbell. `wr_id(i)` is the work request id of slot `i`.
+pub fn post_recv_slots(
+    qp: &dyn QueuePair,
+    mr: &dyn MemoryRegion,
+    slot_len: usize,
+    slots: &[u16],
+    wr_id: impl Fn(u16) -> u64,
+) -> Result<(), VerbsError> {
+    let length =
+        u32::try_from(slot_len).map_err(|_| VerbsError::InvalidArgument("slot too large"))?;
+    let sges: Vec<Sge> = slots
+        .iter()
+        .map(|&i| Sge {
+            addr: mr.addr() + (usize::from(i) * slot_len) as u64,
+            length,
+            lkey: mr.lkey(),
+        })
+        .collect();
+    let wrs: Vec<RecvWr<'_>> = slots
+        .iter()
+        .zip(sges.iter())
+        .map(|(&i, sge)| RecvWr {
+            wr_id: wr_id(i),
+            sg_list: std::slice::from_ref(sge),
+        })
+        .collect();
+    qp.post_recv(&wrs)
+}

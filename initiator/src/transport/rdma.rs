@@ -15,8 +15,8 @@ use tracing::{debug, warn};
 
 use nvmf_common::types::Qid;
 use nvmf_common::verbs::{
-    Access, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QpCaps, QpInit,
-    QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    post_recv_slots, Access, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain,
+    QpCaps, QpInit, QueuePair, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use nvmf_common::wire::rdma::{
     reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN, NVME_RDMA_CM_FMT_1_0,
@@ -184,23 +184,9 @@ impl RdmaHostQueue {
             },
         };
         let rmr = rsp_mr.clone();
+        let all: Vec<u16> = (0..depth).collect();
         let mut pre_post = move |qp: &dyn QueuePair| -> Result<(), VerbsError> {
-            let sges: Vec<Sge> = (0..depth)
-                .map(|i| Sge {
-                    addr: rmr.addr() + (usize::from(i) * CQE_LEN) as u64,
-                    length: CQE_LEN as u32,
-                    lkey: rmr.lkey(),
-                })
-                .collect();
-            let wrs: Vec<RecvWr<'_>> = sges
-                .iter()
-                .enumerate()
-                .map(|(i, s)| RecvWr {
-                    wr_id: WR_RECV | i as u64,
-                    sg_list: std::slice::from_ref(s),
-                })
-                .collect();
-            qp.post_recv(&wrs)
+            post_recv_slots(qp, rmr.as_ref(), CQE_LEN, &all, |i| WR_RECV | u64::from(i))
         };
         let (qp, rep) = f
             .device
@@ -251,27 +237,13 @@ impl RdmaHostQueue {
         if self.reposts.is_empty() {
             return Ok(());
         }
-        let (addr, lkey) = (self.rsp_mr.addr(), self.rsp_mr.lkey());
-        let sges: Vec<Sge> = self
-            .reposts
-            .iter()
-            .map(|&s| Sge {
-                addr: addr + (usize::from(s) * CQE_LEN) as u64,
-                length: CQE_LEN as u32,
-                lkey,
-            })
-            .collect();
-        let wrs: Vec<RecvWr<'_>> = self
-            .reposts
-            .iter()
-            .zip(sges.iter())
-            .map(|(&s, sge)| RecvWr {
-                wr_id: WR_RECV | u64::from(s),
-                sg_list: std::slice::from_ref(sge),
-            })
-            .collect();
-        let r = self.qp.post_recv(&wrs);
-        drop(wrs);
+        let r = post_recv_slots(
+            self.qp.as_ref(),
+            self.rsp_mr.as_ref(),
+            CQE_LEN,
+            &self.reposts,
+            |s| WR_RECV | u64::from(s),
+        );
         self.reposts.clear();
         r.map_err(|e| self.die(format!("post_recv: {e}")))
     }

@@ -16,8 +16,8 @@ use tracing::{debug, warn};
 
 use nvmf_common::types::Qid;
 use nvmf_common::verbs::{
-    Access, ConnectRequest, DmaBuffer, Listener, ProtectionDomain, QpCaps, QpInit, QueuePair,
-    RecvWr, Sge, VerbsError,
+    post_recv_slots, Access, ConnectRequest, DmaBuffer, Listener, ProtectionDomain, QpCaps, QpInit,
+    QueuePair, VerbsError,
 };
 use nvmf_common::wire::rdma::{
     reject_status, reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN,
@@ -174,23 +174,11 @@ fn build_queue(
         a.set_crqsize(slots);
     }
     let (rmr, cap) = (recv_mr.clone(), capsule_size);
+    let all: Vec<u16> = (0..slots).collect();
     let mut pre_post = move |qp: &dyn QueuePair| -> Result<(), VerbsError> {
-        let sges: Vec<Sge> = (0..slots)
-            .map(|i| Sge {
-                addr: rmr.addr() + (usize::from(i) * cap) as u64,
-                length: cap as u32,
-                lkey: rmr.lkey(),
-            })
-            .collect();
-        let wrs: Vec<RecvWr<'_>> = sges
-            .iter()
-            .enumerate()
-            .map(|(i, s)| RecvWr {
-                wr_id: verbs_wr_id(wr_kind::RECV, i as u16),
-                sg_list: std::slice::from_ref(s),
-            })
-            .collect();
-        qp.post_recv(&wrs)
+        post_recv_slots(qp, rmr.as_ref(), cap, &all, |i| {
+            verbs_wr_id(wr_kind::RECV, i)
+        })
     };
     let qp = req.accept(init, &acc, &mut pre_post)?;
     debug!(

@@ -26,8 +26,8 @@ use tracing::{debug, info, warn};
 
 use nvmf_common::config::PollMode;
 use nvmf_common::verbs::{
-    CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QueuePair, RecvWr, SendOp,
-    SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    post_recv_slots, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QueuePair,
+    SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use nvmf_common::wire::sgl::{subtype, SglDescriptor};
 use nvmf_common::wire::sqe::{self, SQE_LEN};
@@ -824,7 +824,7 @@ impl Group {
             if failed.is_none() && !q.reposts.is_empty() {
                 bump(&self.stats.recv_doorbells, 1);
                 bump(&self.stats.recv_wrs, q.reposts.len() as u64);
-                if let Err(e) = post_recvs(q, &mut self.sge_buf) {
+                if let Err(e) = post_recvs(q) {
                     failed = Some(e);
                 }
             }
@@ -1063,26 +1063,14 @@ fn post_sends(q: &mut Queue, pool_lkey: u32, sges: &mut Vec<Sge>) -> Result<usiz
     r.map(|()| n)
 }
 
-fn post_recvs(q: &mut Queue, sges: &mut Vec<Sge>) -> Result<(), VerbsError> {
-    sges.clear();
-    for &si in &q.reposts {
-        sges.push(Sge {
-            addr: q.recv_mr.addr() + (usize::from(si) * q.capsule_size) as u64,
-            length: q.capsule_size as u32,
-            lkey: q.recv_mr.lkey(),
-        });
-    }
-    let wrs: Vec<RecvWr<'_>> = q
-        .reposts
-        .iter()
-        .zip(sges.iter())
-        .map(|(&si, sge)| RecvWr {
-            wr_id: verbs_wr_id(wr_kind::RECV, si),
-            sg_list: std::slice::from_ref(sge),
-        })
-        .collect();
-    let r = q.qp.post_recv(&wrs);
-    drop(wrs);
+fn post_recvs(q: &mut Queue) -> Result<(), VerbsError> {
+    let r = post_recv_slots(
+        q.qp.as_ref(),
+        q.recv_mr.as_ref(),
+        q.capsule_size,
+        &q.reposts,
+        |si| verbs_wr_id(wr_kind::RECV, si),
+    );
     q.reposts.clear();
     r
 }
