@@ -3,7 +3,7 @@
 //! - [`wire`]: zero-copy views and value types for every structure on the wire.
 //! - [`types`]: newtypes for NQN, controller id, queue id, command id, namespace id.
 //! - [`verbs`]: the small RDMA verbs interface and its in-process software provider.
-//! - [`transport`]: NVMe/RDMA capsule transport (host and controller side) over [`verbs`].
+//! - [`transport`]: sans-IO transport cores (the NVMe/TCP PDU framer).
 //! - [`config`]: the target's YAML configuration and namespace specs.
 
 pub mod config;

@@ -1,1 +1,2 @@
 //! Capsule transports.
+pub mod tcp;

@@ -1,6 +1,6 @@
 //! A small RDMA verbs interface: what NVMe/RDMA needs and nothing more.
 //!
-//! The NVMe/RDMA transport ([`crate::transport::rdma`]) is written once against these
+//! The NVMe/RDMA transport (`nvmf_target::rdma`, `nvmf_initiator::transport::rdma`) is written once against these
 //! traits. Providers implement them: [`soft`] in process (the loopback transport, CI),
 //! and later one on `rdma-sys` (libibverbs/librdmacm) for real NICs and soft-RoCE.
 //!

@@ -20,6 +20,7 @@ pub mod rdma;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
+pub mod tcp;
 
 /// Errors from checking or parsing a wire structure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

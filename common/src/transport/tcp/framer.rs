@@ -1,0 +1,658 @@
+//! The receive side: bytes in arbitrary chunks in, validated PDUs out.
+
+use super::negotiate::{accept_icreq, accept_icresp, ConfigError};
+use super::Role;
+use super::{data_digest, encode_term_req, header_digest, pda_bytes, type_info, Kind};
+use super::{ControllerConfig, FramerError, HostConfig, IcReqParams, IcRespParams, Negotiated};
+use crate::wire::cqe::CQE_LEN;
+use crate::wire::sqe::{self, SQE_LEN};
+use crate::wire::tcp::{flags, offset, pdu_type, CapsuleCmd, CapsuleResp, DataPdu, Header, IcReq};
+use crate::wire::tcp::{IcResp, R2t, TermReq, DIGEST_LEN, HDR_LEN, ICREQ_LEN, MAX_TERM_DATA};
+use crate::wire::tcp::{MAX_TERM_PLEN_ACCEPTED, TERM_HDR_LEN};
+use crate::wire::{get_bytes, get_bytes_n, get_u16, get_u32};
+
+/// The largest PDU data offset (`pdo` is one byte).
+const MAX_PDO: usize = u8::MAX as usize;
+
+/// A complete, validated PDU. Data slices borrow the reader's buffer until the next
+/// [`PduReader::feed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pdu<'a> {
+    /// Initialize Connection Request (controller side; already accepted: see
+    /// [`PduReader::negotiated`]).
+    IcReq(IcReqParams),
+    /// Initialize Connection Response (host side; already accepted).
+    IcResp(IcRespParams),
+    /// The host terminates the connection; `data` is the header of the PDU it
+    /// rejected. Close the connection.
+    H2CTermReq { fes: u16, fei: u32, data: &'a [u8] },
+    /// The controller terminates the connection; `data` is the header of the PDU it
+    /// rejected. Close the connection.
+    C2HTermReq { fes: u16, fei: u32, data: &'a [u8] },
+    /// A command capsule: the SQE and its in-capsule data (possibly empty).
+    CapsuleCmd { sqe: [u8; SQE_LEN], data: &'a [u8] },
+    /// A response capsule.
+    CapsuleResp { cqe: [u8; CQE_LEN] },
+    /// Write data the controller asked for with an R2T.
+    H2CData {
+        cid: u16,
+        ttag: u16,
+        datao: u32,
+        last: bool,
+        data: &'a [u8],
+    },
+    /// Read data. With `success` the command completed successfully and no
+    /// CapsuleResp follows.
+    C2HData {
+        cid: u16,
+        ttag: u16,
+        datao: u32,
+        last: bool,
+        success: bool,
+        data: &'a [u8],
+    },
+    /// The controller is ready for `length` bytes of write data at `offset`.
+    R2T {
+        cid: u16,
+        ttag: u16,
+        offset: u32,
+        length: u32,
+    },
+}
+
+impl Pdu<'_> {
+    /// The PDU type on the wire.
+    pub fn pdu_type(&self) -> u8 {
+        match self {
+            Pdu::IcReq(_) => pdu_type::ICREQ,
+            Pdu::IcResp(_) => pdu_type::ICRESP,
+            Pdu::H2CTermReq { .. } => pdu_type::H2C_TERM,
+            Pdu::C2HTermReq { .. } => pdu_type::C2H_TERM,
+            Pdu::CapsuleCmd { .. } => pdu_type::CMD,
+            Pdu::CapsuleResp { .. } => pdu_type::RSP,
+            Pdu::H2CData { .. } => pdu_type::H2C_DATA,
+            Pdu::C2HData { .. } => pdu_type::C2H_DATA,
+            Pdu::R2T { .. } => pdu_type::R2T,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Controller(ControllerConfig),
+    Host(HostConfig),
+}
+
+/// Where the reader is in the current PDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Collecting the 8-byte common header.
+    Common,
+    /// Collecting the PDU specific header and the header digest.
+    Header,
+    /// Collecting padding, data and the data digest.
+    Payload,
+    /// A complete PDU waits for [`PduReader::poll`].
+    Ready,
+    /// The PDU was handed out; the buffer is reused on the next feed.
+    Taken,
+}
+
+/// The validated layout of the PDU being read.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    kind: Kind,
+    flags: u8,
+    hlen: usize,
+    plen: usize,
+    hdgst: bool,
+    ddgst: bool,
+    data_start: usize,
+    data_len: usize,
+}
+
+impl Frame {
+    const EMPTY: Frame = Frame {
+        kind: Kind::IcReq,
+        flags: 0,
+        hlen: 0,
+        plen: 0,
+        hdgst: false,
+        ddgst: false,
+        data_start: 0,
+        data_len: 0,
+    };
+}
+
+/// The sans-IO NVMe/TCP PDU reader of one connection.
+///
+/// [`feed`](PduReader::feed) it the bytes read from the socket, in chunks of any size;
+/// it consumes them until one PDU is complete, then [`poll`](PduReader::poll) hands
+/// that PDU out. Every field is checked before anything is trusted, in this order
+/// (the first failure is reported, with the FES and FEI of [`FramerError`]):
+///
+/// 1. the common header, as soon as its 8 bytes are in: the type is known and travels
+///    towards this role (FEI 0); nothing but ICReq (ICResp) before initialization and
+///    never a second one (PDU sequence error); the flags are valid for the type, C2H
+///    SUCCESS comes with LAST_PDU, HDGSTF matches the negotiated header digest (FEI 1);
+///    `hlen` is the type's (FEI 2); `plen` covers the header and digest (FEI 4); a PDU
+///    without data has `pdo` 0 (FEI 3) and `plen` exactly its header (FEI 4); a PDU
+///    with data has `hlen` (+ digest) <= `pdo` < `plen` and `pdo` aligned to this
+///    side's CPDA/HPDA (FEI 3), DDGSTF as negotiated (FEI 1), room for the data digest
+///    (FEI 4) and no more data than configured (data transfer limit exceeded).
+///    Termination requests only need `hlen` 24 and `plen` 24..=176; otherwise the
+///    connection closes without a reply.
+/// 2. the header, once the rest of it is in: the header digest; an ICReq (ICResp) is
+///    negotiated against the configuration; H2CData / C2HData DATAL equals the PDU's
+///    data length (FEI 16).
+/// 3. the data digest, once the PDU is complete: a mismatch is reported by `poll` as
+///    [`FramerError::DataDigest`] and the reader carries on.
+///
+/// A fatal error poisons the reader: `feed` and `poll` return it from then on. The
+/// buffer is allocated once, at construction, to the largest PDU the configuration
+/// allows ([`PduReader::max_pdu_len`]), and reused for every PDU.
+#[derive(Debug)]
+pub struct PduReader {
+    side: Side,
+    negotiated: Option<Negotiated>,
+    buf: Box<[u8]>,
+    filled: usize,
+    stage: Stage,
+    frame: Frame,
+    digest_error: Option<FramerError>,
+    error: Option<FramerError>,
+    error_header_len: usize,
+}
+
+impl PduReader {
+    /// A reader for the controller end of a new connection.
+    pub fn controller(cfg: ControllerConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(Self::new(
+            Side::Controller(cfg),
+            cfg.maxh2cdata.max(cfg.max_icd),
+        ))
+    }
+
+    /// A reader for the host end of a new connection.
+    pub fn host(cfg: HostConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(Self::new(Side::Host(cfg), cfg.max_c2h_data))
+    }
+
+    fn new(side: Side, max_data: u32) -> Self {
+        let data_pdu = MAX_PDO + max_data as usize + DIGEST_LEN;
+        let cap = data_pdu.max(ICREQ_LEN).max(MAX_TERM_PLEN_ACCEPTED);
+        PduReader {
+            side,
+            negotiated: None,
+            buf: vec![0u8; cap].into_boxed_slice(),
+            filled: 0,
+            stage: Stage::Common,
+            frame: Frame::EMPTY,
+            digest_error: None,
+            error: None,
+            error_header_len: 0,
+        }
+    }
+
+    /// Which end of the connection this reader serves.
+    pub fn role(&self) -> Role {
+        match self.side {
+            Side::Controller(_) => Role::Controller,
+            Side::Host(_) => Role::Host,
+        }
+    }
+
+    /// The connection parameters, once the ICReq (controller) or ICResp (host) has
+    /// been accepted.
+    pub fn negotiated(&self) -> Option<Negotiated> {
+        self.negotiated
+    }
+
+    /// The size of the PDU buffer: the longest PDU this reader accepts.
+    pub fn max_pdu_len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The fatal error that poisoned the reader, if any.
+    pub fn error(&self) -> Option<FramerError> {
+        self.error
+    }
+
+    /// Whether part of a PDU has been fed but not completed (an end of stream now
+    /// would cut a PDU short).
+    pub fn has_partial_pdu(&self) -> bool {
+        matches!(self.stage, Stage::Common | Stage::Header | Stage::Payload) && self.filled > 0
+    }
+
+    /// After a fatal error: the received header of the offending PDU (at most
+    /// [`MAX_TERM_DATA`] bytes), for the termination request's data.
+    pub fn error_header(&self) -> &[u8] {
+        match self.error {
+            Some(_) => get_bytes(&self.buf, 0..self.error_header_len),
+            None => &[],
+        }
+    }
+
+    /// After a fatal error that calls for one: appends the termination request to
+    /// send before closing (C2HTermReq from a controller, H2CTermReq from a host) and
+    /// returns `true`. Returns `false` (appending nothing) otherwise.
+    pub fn termination_request(&self, out: &mut Vec<u8>) -> bool {
+        match self.error.and_then(|e| e.fes().map(|fes| (fes, e.fei()))) {
+            Some((fes, fei)) => {
+                encode_term_req(self.role(), fes, fei, self.error_header(), out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Consumes bytes of the stream until one PDU is complete or `bytes` runs out and
+    /// returns how many were consumed. Consumes nothing while a complete PDU waits for
+    /// [`poll`](PduReader::poll). A fatal error poisons the reader and is returned
+    /// by every later call.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, FramerError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let mut used = 0;
+        loop {
+            match self.stage {
+                Stage::Ready => return Ok(used),
+                Stage::Taken => {
+                    self.filled = 0;
+                    self.digest_error = None;
+                    self.stage = Stage::Common;
+                }
+                Stage::Common | Stage::Header | Stage::Payload => {}
+            }
+            let want = match self.stage {
+                Stage::Common => HDR_LEN,
+                Stage::Header => self.frame.hlen + if self.frame.hdgst { DIGEST_LEN } else { 0 },
+                _ => self.frame.plen,
+            };
+            if self.filled < want {
+                let rest = bytes.get(used..).unwrap_or(&[]);
+                let n = (want - self.filled).min(rest.len());
+                match (
+                    self.buf.get_mut(self.filled..self.filled + n),
+                    rest.get(..n),
+                ) {
+                    (Some(dst), Some(src)) => dst.copy_from_slice(src),
+                    _ => {
+                        let e = FramerError::header(offset::PLEN, "PDU longer than the buffer");
+                        return Err(self.fail(e));
+                    }
+                }
+                self.filled += n;
+                used += n;
+                if self.filled < want {
+                    return Ok(used);
+                }
+            }
+            let step = match self.stage {
+                Stage::Common => self.on_common_header(),
+                Stage::Header => self.on_header(),
+                _ => {
+                    self.on_payload();
+                    Ok(())
+                }
+            };
+            if let Err(e) = step {
+                return Err(self.fail(e));
+            }
+        }
+    }
+
+    /// The PDU completed by the last [`feed`](PduReader::feed), once: `Ok(pdu)`,
+    /// or `Err(DataDigest)` for a PDU whose data failed its digest. `None` while the
+    /// PDU is incomplete. After a fatal error, that error.
+    pub fn poll(&mut self) -> Option<Result<Pdu<'_>, FramerError>> {
+        if let Some(e) = self.error {
+            return Some(Err(e));
+        }
+        if self.stage != Stage::Ready {
+            return None;
+        }
+        self.stage = Stage::Taken;
+        if let Some(e) = self.digest_error {
+            return Some(Err(e));
+        }
+        Some(Ok(self.parse()))
+    }
+
+    fn fail(&mut self, e: FramerError) -> FramerError {
+        // The header to echo: `hlen` bytes when `hlen` is sane, else the common header
+        // (FreeBSD `nvmf_tcp_validate_pdu`), never more than was received.
+        let ch = Header::new_unchecked(get_bytes(&self.buf, 0..HDR_LEN));
+        let hlen = usize::from(ch.hlen());
+        let h = if hlen < HDR_LEN || hlen > ch.plen() as usize {
+            HDR_LEN
+        } else {
+            hlen
+        };
+        self.error_header_len = h.min(self.filled).min(MAX_TERM_DATA);
+        self.error = Some(e);
+        e
+    }
+
+    fn rx_align(&self) -> usize {
+        pda_bytes(match self.side {
+            Side::Controller(c) => c.cpda,
+            Side::Host(h) => h.hpda,
+        })
+    }
+
+    fn data_limit(&self, kind: Kind) -> u32 {
+        match (self.side, kind) {
+            (Side::Controller(c), Kind::Cmd) => c.max_icd,
+            (Side::Controller(c), Kind::H2CData) => c.maxh2cdata,
+            (Side::Host(h), Kind::C2HData) => h.max_c2h_data,
+            _ => 0,
+        }
+    }
+
+    fn on_common_header(&mut self) -> Result<(), FramerError> {
+        use FramerError as E;
+        let ch = Header::new_unchecked(get_bytes(&self.buf, 0..HDR_LEN));
+        let t = ch.pdu_type();
+        let fl = ch.flags();
+        let hlen = usize::from(ch.hlen());
+        let pdo = usize::from(ch.pdo());
+        let plen = ch.plen() as usize;
+
+        let info = match type_info(t) {
+            Some(info) if self.role().receives(t) => info,
+            _ => {
+                return Err(E::header(
+                    offset::TYPE,
+                    "unknown PDU type or wrong direction",
+                ))
+            }
+        };
+
+        if matches!(info.kind, Kind::H2CTerm | Kind::C2HTerm) {
+            if hlen != TERM_HDR_LEN {
+                return Err(E::MalformedTermReq {
+                    reason: "header length is not 24",
+                });
+            }
+            if !(TERM_HDR_LEN..=MAX_TERM_PLEN_ACCEPTED).contains(&plen) {
+                return Err(E::MalformedTermReq {
+                    reason: "PDU length outside 24..=176",
+                });
+            }
+            self.frame = Frame {
+                kind: info.kind,
+                flags: fl,
+                hlen,
+                plen,
+                hdgst: false,
+                ddgst: false,
+                data_start: hlen,
+                data_len: plen - hlen,
+            };
+            self.stage = Stage::Header;
+            return Ok(());
+        }
+
+        let initializing = matches!(info.kind, Kind::IcReq | Kind::IcResp);
+        match (self.negotiated, initializing) {
+            (None, false) => {
+                return Err(E::PduSequence {
+                    reason: "PDU before the connection was initialized",
+                })
+            }
+            (Some(_), true) => {
+                return Err(E::PduSequence {
+                    reason: "connection already initialized",
+                })
+            }
+            _ => {}
+        }
+        let (want_hdgst, want_ddgst) = self
+            .negotiated
+            .map_or((false, false), |n| (n.header_digest, n.data_digest));
+        let hdgst = want_hdgst && info.hdgst;
+
+        if fl & !info.valid_flags != 0 {
+            return Err(E::header(offset::FLAGS, "flag not valid for the PDU type"));
+        }
+        if info.kind == Kind::C2HData
+            && fl & (flags::DATA_LAST | flags::DATA_SUCCESS) == flags::DATA_SUCCESS
+        {
+            return Err(E::header(offset::FLAGS, "SUCCESS without LAST_PDU"));
+        }
+        if (fl & flags::HDGST != 0) != hdgst {
+            return Err(E::header(
+                offset::FLAGS,
+                "HDGSTF does not match the negotiated header digest",
+            ));
+        }
+        if hlen != info.hlen {
+            return Err(E::header(
+                offset::HLEN,
+                "wrong header length for the PDU type",
+            ));
+        }
+        let full = hlen + if hdgst { DIGEST_LEN } else { 0 };
+        if plen < full {
+            return Err(E::header(
+                offset::PLEN,
+                "PDU length shorter than its header",
+            ));
+        }
+
+        let mut frame = Frame {
+            kind: info.kind,
+            flags: fl,
+            hlen,
+            plen,
+            hdgst,
+            ddgst: false,
+            data_start: full,
+            data_len: 0,
+        };
+        if !info.data {
+            if pdo != 0 {
+                return Err(E::header(offset::PDO, "data offset in a PDU without data"));
+            }
+            if plen != full {
+                return Err(E::header(
+                    offset::PLEN,
+                    "PDU length is not its header length",
+                ));
+            }
+        } else if plen > full {
+            if pdo < full {
+                return Err(E::header(offset::PDO, "data offset inside the header"));
+            }
+            if pdo >= plen {
+                return Err(E::header(offset::PDO, "data offset beyond the PDU"));
+            }
+            if pdo % self.rx_align() != 0 {
+                return Err(E::header(
+                    offset::PDO,
+                    "data offset not aligned to the PDU data alignment",
+                ));
+            }
+            if (fl & flags::DDGST != 0) != want_ddgst {
+                return Err(E::header(
+                    offset::FLAGS,
+                    "DDGSTF does not match the negotiated data digest",
+                ));
+            }
+            let digest = if want_ddgst { DIGEST_LEN } else { 0 };
+            let data_len = plen - pdo;
+            if data_len <= digest {
+                return Err(E::header(offset::PLEN, "PDU too short for its data digest"));
+            }
+            let data_len = data_len - digest;
+            let limit = self.data_limit(info.kind);
+            if data_len > limit as usize {
+                return Err(E::DataLimitExceeded {
+                    len: u32::try_from(data_len).unwrap_or(u32::MAX),
+                    limit,
+                });
+            }
+            frame.ddgst = want_ddgst;
+            frame.data_start = pdo;
+            frame.data_len = data_len;
+        } else {
+            if fl & flags::DDGST != 0 {
+                return Err(E::header(offset::FLAGS, "DDGSTF in a PDU without data"));
+            }
+            if pdo != 0 && (pdo != full || pdo % self.rx_align() != 0) {
+                return Err(E::header(offset::PDO, "data offset in a PDU without data"));
+            }
+        }
+        self.frame = frame;
+        self.stage = Stage::Header;
+        Ok(())
+    }
+
+    fn on_header(&mut self) -> Result<(), FramerError> {
+        let f = self.frame;
+        let hdr = get_bytes(&self.buf, 0..f.hlen);
+        if f.hdgst {
+            let received = get_u32(&self.buf, f.hlen..f.hlen + DIGEST_LEN);
+            let computed = header_digest(hdr);
+            if received != computed {
+                return Err(FramerError::HeaderDigest { received, computed });
+            }
+        }
+        match (f.kind, self.side) {
+            (Kind::IcReq, Side::Controller(cfg)) => {
+                let v = IcReq::new_unchecked(hdr);
+                let req = IcReqParams {
+                    pfv: v.pfv(),
+                    hpda: v.hpda(),
+                    digest: v.digest(),
+                    maxr2t: v.maxr2t(),
+                };
+                self.negotiated = Some(accept_icreq(&cfg, &req)?);
+            }
+            (Kind::IcResp, Side::Host(cfg)) => {
+                let v = IcResp::new_unchecked(hdr);
+                let resp = IcRespParams {
+                    pfv: v.pfv(),
+                    cpda: v.cpda(),
+                    digest: v.digest(),
+                    maxh2cdata: v.maxdata(),
+                };
+                self.negotiated = Some(accept_icresp(&cfg, &resp)?);
+            }
+            (Kind::H2CData | Kind::C2HData, _)
+                if DataPdu::new_unchecked(hdr).data_length() as usize != f.data_len =>
+            {
+                return Err(FramerError::header(
+                    offset::DATA_LENGTH,
+                    "DATAL does not match the PDU data length",
+                ));
+            }
+            _ => {}
+        }
+        self.stage = Stage::Payload;
+        Ok(())
+    }
+
+    fn on_payload(&mut self) {
+        let f = self.frame;
+        if f.ddgst {
+            let data = get_bytes(&self.buf, f.data_start..f.data_start + f.data_len);
+            let computed = data_digest(data);
+            let received = get_u32(&self.buf, f.plen.saturating_sub(DIGEST_LEN)..f.plen);
+            if received != computed {
+                self.digest_error = Some(FramerError::DataDigest {
+                    pdu_type: self.buf.first().copied().unwrap_or(0),
+                    cid: self.cid(),
+                    received,
+                    computed,
+                });
+            }
+        }
+        self.stage = Stage::Ready;
+    }
+
+    /// The command identifier of the current capsule or data PDU.
+    fn cid(&self) -> u16 {
+        let at = match self.frame.kind {
+            Kind::Cmd => (offset::CMD + u32::from(sqe::offset::CID)) as usize,
+            _ => offset::COMMAND_ID as usize,
+        };
+        get_u16(&self.buf, at..at + 2)
+    }
+
+    fn parse(&self) -> Pdu<'_> {
+        let f = self.frame;
+        let hdr = get_bytes(&self.buf, 0..f.hlen);
+        let data = get_bytes(&self.buf, f.data_start..f.data_start + f.data_len);
+        match f.kind {
+            Kind::IcReq => {
+                let v = IcReq::new_unchecked(hdr);
+                Pdu::IcReq(IcReqParams {
+                    pfv: v.pfv(),
+                    hpda: v.hpda(),
+                    digest: v.digest(),
+                    maxr2t: v.maxr2t(),
+                })
+            }
+            Kind::IcResp => {
+                let v = IcResp::new_unchecked(hdr);
+                Pdu::IcResp(IcRespParams {
+                    pfv: v.pfv(),
+                    cpda: v.cpda(),
+                    digest: v.digest(),
+                    maxh2cdata: v.maxdata(),
+                })
+            }
+            Kind::H2CTerm | Kind::C2HTerm => {
+                let v = TermReq::new_unchecked(hdr);
+                let (fes, fei) = (v.fes(), v.fei());
+                if f.kind == Kind::H2CTerm {
+                    Pdu::H2CTermReq { fes, fei, data }
+                } else {
+                    Pdu::C2HTermReq { fes, fei, data }
+                }
+            }
+            Kind::Cmd => Pdu::CapsuleCmd {
+                sqe: get_bytes_n(CapsuleCmd::new_unchecked(hdr).cmd(), 0..SQE_LEN),
+                data,
+            },
+            Kind::Rsp => Pdu::CapsuleResp {
+                cqe: get_bytes_n(CapsuleResp::new_unchecked(hdr).cqe(), 0..CQE_LEN),
+            },
+            Kind::H2CData => {
+                let v = DataPdu::new_unchecked(hdr);
+                Pdu::H2CData {
+                    cid: v.command_id(),
+                    ttag: v.ttag(),
+                    datao: v.data_offset(),
+                    last: f.flags & flags::DATA_LAST != 0,
+                    data,
+                }
+            }
+            Kind::C2HData => {
+                let v = DataPdu::new_unchecked(hdr);
+                Pdu::C2HData {
+                    cid: v.command_id(),
+                    ttag: v.ttag(),
+                    datao: v.data_offset(),
+                    last: f.flags & flags::DATA_LAST != 0,
+                    success: f.flags & flags::DATA_SUCCESS != 0,
+                    data,
+                }
+            }
+            Kind::R2T => {
+                let v = R2t::new_unchecked(hdr);
+                Pdu::R2T {
+                    cid: v.command_id(),
+                    ttag: v.ttag(),
+                    offset: v.r2t_offset(),
+                    length: v.r2t_length(),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! NVMe/TCP, sans-IO: the PDU framer ([`PduReader`]), the PDU encoder ([`PduWriter`])
+//! and connection initialization ([`negotiate`]). Nothing here touches a socket: bytes
+//! go in, parsed PDUs and errors come out; PDUs to send are appended to a `Vec<u8>`.
+//!
+//! A connection's life, controller side:
+//!
+//! 1. [`PduReader::controller`] with a [`ControllerConfig`]. Feed it the socket's bytes.
+//! 2. The first PDU must be an ICReq; the reader validates it against the
+//!    configuration ([`negotiate::accept_icreq`]), records the [`Negotiated`]
+//!    parameters and yields [`Pdu::IcReq`]. Send [`encode_icresp`] of
+//!    [`negotiate::icresp_params`] and build a [`PduWriter`] from
+//!    [`PduReader::negotiated`].
+//! 3. From then on the reader yields capsules, data and termination requests, checking
+//!    every header field, the data alignment, the lengths against the configured
+//!    limits, and the digests that were negotiated.
+//! 4. A [`FramerError`] with [`FramerError::is_fatal`] ends the connection: send
+//!    [`PduReader::termination_request`] (when it has one) and close. A
+//!    [`FramerError::DataDigest`] only fails the command it names.
+//!
+//! The host side is the mirror image ([`PduReader::host`], [`HostConfig`],
+//! [`encode_icreq`] first, then the ICResp is checked by [`negotiate::accept_icresp`]).
+//!
+//! Behaviour follows the NVMe/TCP Transport Specification 1.0 as Linux
+//! (`drivers/nvme/{host,target}/tcp.c`), SPDK (`lib/nvmf/tcp.c`) and FreeBSD
+//! (`sys/dev/nvmf/nvmf_tcp.h`) implement it; see [`PduReader`] for the order of checks.
+
+mod error;
+mod framer;
+pub mod negotiate;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::FramerError;
+pub use framer::{Pdu, PduReader};
+pub use negotiate::{
+    ConfigError, ControllerConfig, HostConfig, IcReqParams, IcRespParams, Negotiated,
+};
+pub use writer::{encode_icreq, encode_icresp, encode_term_req, PduWriter};
+
+use crate::wire::tcp::{flags, pdu_type, CMD_HDR_LEN, DATA_HDR_LEN, ICREQ_LEN, ICRESP_LEN};
+use crate::wire::tcp::{R2T_LEN, RSP_LEN, TERM_HDR_LEN};
+
+/// Which end of the connection a reader or writer serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The NVM subsystem side: receives host-to-controller PDUs (even types).
+    Controller,
+    /// The host side: receives controller-to-host PDUs (odd types).
+    Host,
+}
+
+impl Role {
+    /// Whether PDUs of type `t` travel towards this role (PDU direction bit 0).
+    pub fn receives(self, t: u8) -> bool {
+        match self {
+            Role::Controller => t & 1 == 0,
+            Role::Host => t & 1 == 1,
+        }
+    }
+
+    /// The termination request type this role sends.
+    pub fn term_type(self) -> u8 {
+        match self {
+            Role::Controller => pdu_type::C2H_TERM,
+            Role::Host => pdu_type::H2C_TERM,
+        }
+    }
+}
+
+/// The CRC32C header digest of a PDU header (`hlen` bytes), as sent little-endian
+/// after the header.
+pub fn header_digest(header: &[u8]) -> u32 {
+    crc32c::crc32c(header)
+}
+
+/// The CRC32C data digest of a PDU's data, as sent little-endian after the data.
+pub fn data_digest(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
+
+/// The PDU data alignment in bytes for a 0's based dword count (HPDA / CPDA).
+pub fn pda_bytes(pda: u8) -> usize {
+    (usize::from(pda) + 1) * 4
+}
+
+/// The PDU types, for exhaustive matching once a type has been validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    IcReq,
+    IcResp,
+    H2CTerm,
+    C2HTerm,
+    Cmd,
+    Rsp,
+    H2CData,
+    C2HData,
+    R2T,
+}
+
+/// What a PDU type looks like on the wire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TypeInfo {
+    pub kind: Kind,
+    /// The exact header length (`hlen`).
+    pub hlen: usize,
+    /// Whether a negotiated header digest follows the header.
+    pub hdgst: bool,
+    /// Whether the PDU may carry data (and then a negotiated data digest).
+    pub data: bool,
+    /// The flags a sender may set.
+    pub valid_flags: u8,
+}
+
+/// The shape of PDU type `t`, or `None` for an unknown type.
+pub(crate) fn type_info(t: u8) -> Option<TypeInfo> {
+    let digests = flags::HDGST | flags::DDGST;
+    let info = |kind, hlen, hdgst, data, valid_flags| {
+        Some(TypeInfo {
+            kind,
+            hlen,
+            hdgst,
+            data,
+            valid_flags,
+        })
+    };
+    match t {
+        pdu_type::ICREQ => info(Kind::IcReq, ICREQ_LEN, false, false, 0),
+        pdu_type::ICRESP => info(Kind::IcResp, ICRESP_LEN, false, false, 0),
+        pdu_type::H2C_TERM => info(Kind::H2CTerm, TERM_HDR_LEN, false, true, 0),
+        pdu_type::C2H_TERM => info(Kind::C2HTerm, TERM_HDR_LEN, false, true, 0),
+        pdu_type::CMD => info(Kind::Cmd, CMD_HDR_LEN, true, true, digests),
+        pdu_type::RSP => info(Kind::Rsp, RSP_LEN, true, false, flags::HDGST),
+        pdu_type::H2C_DATA => info(
+            Kind::H2CData,
+            DATA_HDR_LEN,
+            true,
+            true,
+            digests | flags::DATA_LAST,
+        ),
+        pdu_type::C2H_DATA => info(
+            Kind::C2HData,
+            DATA_HDR_LEN,
+            true,
+            true,
+            digests | flags::DATA_LAST | flags::DATA_SUCCESS,
+        ),
+        pdu_type::R2T => info(Kind::R2T, R2T_LEN, true, false, flags::HDGST),
+        _ => None,
+    }
+}
