@@ -5,6 +5,7 @@
 //! SCT/SC are printed), 2 a usage error.
 
 use std::io::Write as _;
+use std::net::ToSocketAddrs as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use nvmf_initiator::loopback::{start_loopback, LoopbackTarget};
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::perf::{self, parse::format_bytes, BsSpec, PerfOptions, Rw};
 use nvmf_initiator::transport::rdma::RdmaFabric;
+use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
 
 /// Exit code for an I/O or NVMe error.
@@ -351,9 +353,13 @@ fn open(conn: &ConnArgs) -> Result<Session, CliError> {
                 _loopback: Some(target),
             })
         }
-        TransportKind::Tcp => Err(CliError::Usage(
-            "-t tcp: the NVMe/TCP host transport is not implemented yet".into(),
-        )),
+        TransportKind::Tcp => Ok(Session {
+            fabric: Arc::new(tcp_fabric(conn)?),
+            default_nqn: None,
+            host,
+            timeout,
+            _loopback: None,
+        }),
         TransportKind::Rdma => {
             let Some(device) = rdma_device() else {
                 return Err(CliError::Usage(
@@ -376,6 +382,38 @@ fn open(conn: &ConnArgs) -> Result<Session, CliError> {
             })
         }
     }
+}
+
+/// The NVMe/TCP fabric for `-t tcp -a ADDR -s PORT [--hdr-digest] [--data-digest]`.
+fn tcp_fabric(conn: &ConnArgs) -> Result<TcpFabric, CliError> {
+    let traddr = conn
+        .traddr
+        .as_deref()
+        .ok_or_else(|| CliError::Usage("-t tcp needs -a/--traddr".into()))?;
+    let port: u16 = conn.trsvcid.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "-s/--trsvcid {:?}: not a TCP port number",
+            conn.trsvcid
+        ))
+    })?;
+    // An IPv6 address may come bracketed ("[fe80::1]").
+    let host = traddr
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(traddr);
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::Usage(format!("-a/--traddr {traddr:?}: {e}")))?
+        .next()
+        .ok_or_else(|| CliError::Usage(format!("-a/--traddr {traddr:?}: no address")))?;
+    Ok(TcpFabric::new(
+        addr,
+        TcpOptions {
+            hdr_digest: conn.hdr_digest,
+            data_digest: conn.data_digest,
+            ..TcpOptions::default()
+        },
+    ))
 }
 
 /// Connection options for an I/O subsystem from the flags.
@@ -978,6 +1016,43 @@ mod tests {
     }
 
     #[test]
+    fn tcp_flags_build_a_tcp_fabric() {
+        let c = Cli::try_parse_from([
+            "nvmf-initiator",
+            "discover",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            "8009",
+            "--hdr-digest",
+            "--data-digest",
+        ])
+        .unwrap();
+        let Command::Discover(d) = c.command else {
+            panic!("not discover");
+        };
+        assert_eq!(d.conn.transport, TransportKind::Tcp);
+        let f = tcp_fabric(&d.conn).unwrap();
+        assert_eq!(f.addr(), "127.0.0.1:8009".parse().unwrap());
+        let o = f.options();
+        assert!(o.hdr_digest && o.data_digest);
+        assert_eq!((f.name(), f.keyed_sgls()), ("tcp", false));
+
+        // Default port 4420, no digests, IPv6 with or without brackets.
+        for a in ["::1", "[::1]"] {
+            let c = Cli::try_parse_from(["nvmf-initiator", "list", "-t", "tcp", "-a", a]).unwrap();
+            let Command::List(l) = c.command else {
+                panic!("not list");
+            };
+            let f = tcp_fabric(&l.conn).unwrap();
+            assert_eq!(f.addr(), "[::1]:4420".parse().unwrap());
+            assert_eq!(f.options(), TcpOptions::default());
+        }
+    }
+
+    #[test]
     fn usage_errors_before_connecting() {
         let conn = |t: TransportKind| ConnArgs {
             transport: t,
@@ -998,10 +1073,13 @@ mod tests {
         assert!(
             matches!(open(&conn(TransportKind::Rdma)), Err(CliError::Usage(m)) if m.contains("not built"))
         );
-        assert!(matches!(
-            open(&conn(TransportKind::Tcp)),
-            Err(CliError::Usage(_))
-        ));
+        assert!(
+            matches!(open(&conn(TransportKind::Tcp)), Err(CliError::Usage(m)) if m.contains("-a/--traddr"))
+        );
+        let mut c = conn(TransportKind::Tcp);
+        c.traddr = Some("127.0.0.1".into());
+        c.trsvcid = "port".into();
+        assert!(matches!(open(&c), Err(CliError::Usage(m)) if m.contains("not a TCP port number")));
         let mut c = conn(TransportKind::Loopback);
         c.hdr_digest = true;
         assert!(

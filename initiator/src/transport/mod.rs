@@ -9,6 +9,7 @@
 //! registered once at allocation, never per I/O.
 
 pub mod rdma;
+pub mod tcp;
 
 use std::sync::Arc;
 use std::time::Duration;
