@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use nvmf_common::config::{Config, TrType};
 use nvmf_common::types::Nqn;
+use nvmf_common::types::Nsid;
 use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::loopback::{start_loopback_config, LoopbackTarget};
+use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
 
@@ -112,4 +114,132 @@ pub fn pattern(seed: u64, lba: u64, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// Writes distinct data to `count` extents of `bs` bytes with `qd` commands in flight,
+/// reads every extent back at the same depth and compares.
+pub fn write_read_verify(ctrl: &mut Controller, bs: usize, qd: usize, count: usize) {
+    let mut queues = ctrl.take_io_queues();
+    let q = &mut queues[0];
+    let mut io = NsIo::new(ctrl, q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+    let block = io.info().block_size as usize;
+    let nblocks = (bs / block) as u32;
+    let bufs: Vec<_> = (0..qd)
+        .map(|_| ctrl.alloc(bs).unwrap_or_else(|e| panic!("alloc: {e}")))
+        .collect();
+    let seed = (bs as u64) << 20 | qd as u64;
+    let lba_of = |i: usize| (i as u64) * u64::from(nblocks);
+    let mut done: Vec<Completion> = Vec::new();
+    // Writes.
+    let mut next = 0usize;
+    let mut free: Vec<usize> = (0..qd).collect();
+    let mut completed = 0usize;
+    while completed < count {
+        while next < count {
+            let Some(b) = free.pop() else { break };
+            bufs[b].write_at(0, &pattern(seed, lba_of(next), bs));
+            io.submit_write(
+                (b as u64) << 32 | next as u64,
+                lba_of(next),
+                nblocks,
+                &bufs[b],
+                false,
+            )
+            .unwrap_or_else(|e| panic!("submit write: {e}"));
+            next += 1;
+        }
+        io.queue().flush().unwrap_or_else(|e| panic!("flush: {e}"));
+        done.clear();
+        io.queue()
+            .poll(&mut done)
+            .unwrap_or_else(|e| panic!("poll: {e}"));
+        for c in &done {
+            assert!(
+                c.status.is_success(),
+                "write {} failed: {}",
+                c.tag & 0xFFFF_FFFF,
+                c.status
+            );
+            free.push((c.tag >> 32) as usize);
+            completed += 1;
+        }
+    }
+    // Reads.
+    let (mut next, mut completed) = (0usize, 0usize);
+    let mut free: Vec<usize> = (0..qd).collect();
+    let mut got = vec![0u8; bs];
+    while completed < count {
+        while next < count {
+            let Some(b) = free.pop() else { break };
+            bufs[b].fill(0);
+            io.submit_read(
+                (b as u64) << 32 | next as u64,
+                lba_of(next),
+                nblocks,
+                &bufs[b],
+            )
+            .unwrap_or_else(|e| panic!("submit read: {e}"));
+            next += 1;
+        }
+        io.queue().flush().unwrap_or_else(|e| panic!("flush: {e}"));
+        done.clear();
+        io.queue()
+            .poll(&mut done)
+            .unwrap_or_else(|e| panic!("poll: {e}"));
+        for c in &done {
+            let (b, i) = ((c.tag >> 32) as usize, (c.tag & 0xFFFF_FFFF) as usize);
+            assert!(c.status.is_success(), "read {i} failed: {}", c.status);
+            assert!(bufs[b].read_at(0, &mut got));
+            assert!(
+                got == pattern(seed, lba_of(i), bs),
+                "data mismatch at extent {i} (bs {bs}, qd {qd})"
+            );
+            free.push(b);
+            completed += 1;
+        }
+    }
+    drop(io);
+    drop(queues);
+}
+
+/// A target served over NVMe/TCP on 127.0.0.1 (an OS-chosen port) and a host fabric to it.
+pub struct TcpEnv {
+    pub server: nvmf_target::tcp::TcpServer,
+    pub target: Arc<nvmf_target::target::Target>,
+    pub fabric: Arc<dyn Fabric>,
+    pub nqn: Nqn,
+}
+
+/// Starts `cfg` with its port turned into a TCP port on 127.0.0.1:0; the host side uses
+/// `opts` (digests).
+pub fn start_tcp(cfg: &Config, opts: nvmf_initiator::transport::tcp::TcpOptions) -> TcpEnv {
+    init_logs();
+    let mut cfg = cfg.clone();
+    for p in &mut cfg.ports {
+        p.trtype = TrType::Tcp;
+        p.traddr = "127.0.0.1".into();
+        p.trsvcid = "0".into();
+    }
+    let target =
+        nvmf_target::target::Target::from_config(&cfg).unwrap_or_else(|e| panic!("target: {e}"));
+    let server = nvmf_target::tcp::TcpServer::start(target.clone(), &target.ports())
+        .unwrap_or_else(|e| panic!("tcp server: {e}"));
+    let addr = server.local_addrs()[0];
+    let fabric = nvmf_initiator::transport::tcp::TcpFabric::new(addr, opts);
+    let nqn = cfg.subsystems[0].nqn.clone();
+    TcpEnv {
+        server,
+        target,
+        fabric: Arc::new(fabric),
+        nqn,
+    }
+}
+
+/// Connects a controller over `fabric` to `nqn` with `nr_io` queues of `queue_size`.
+pub fn connect_to(fabric: &Arc<dyn Fabric>, nqn: &Nqn, nr_io: u16, queue_size: u16) -> Controller {
+    let mut o = ConnectOptions::new(nqn.clone(), hostnqn(), TEST_HOSTID);
+    o.nr_io_queues = nr_io;
+    o.queue_size = queue_size;
+    o.command_timeout = Duration::from_secs(10);
+    Controller::connect(fabric.clone(), o).unwrap_or_else(|e| panic!("connect: {e}"))
 }

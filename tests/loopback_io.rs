@@ -2,12 +2,9 @@
 //! NVMe/RDMA data path (keyed SGLs, RDMA READ/WRITE, in-capsule data) on the software
 //! verbs provider.
 
-use std::time::Duration;
-
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::identify::{cntrltype, sgls};
 use nvmf_initiator::namespace::NsIo;
-use nvmf_initiator::queue::Completion;
 use nvmf_tests::{config, connect, pattern, start};
 
 const MIB: u64 = 1 << 20;
@@ -48,92 +45,10 @@ fn connect_and_identify() {
     ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
 }
 
-/// Writes distinct data to `count` extents of `bs` bytes with `qd` commands in flight,
-/// reads every extent back at the same depth and compares.
 fn write_read_verify(bs: usize, qd: usize, count: usize) {
     let env = start(&config(&["ram:256M"]));
     let mut ctrl = connect(&env, 1, 256);
-    let mut queues = ctrl.take_io_queues();
-    let q = &mut queues[0];
-    let mut io = NsIo::new(&ctrl, q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
-    let block = io.info().block_size as usize;
-    let nblocks = (bs / block) as u32;
-    let bufs: Vec<_> = (0..qd)
-        .map(|_| ctrl.alloc(bs).unwrap_or_else(|e| panic!("alloc: {e}")))
-        .collect();
-    let seed = (bs as u64) << 20 | qd as u64;
-    let lba_of = |i: usize| (i as u64) * u64::from(nblocks);
-    let mut done: Vec<Completion> = Vec::new();
-    // Writes.
-    let mut next = 0usize;
-    let mut free: Vec<usize> = (0..qd).collect();
-    let mut completed = 0usize;
-    while completed < count {
-        while next < count {
-            let Some(b) = free.pop() else { break };
-            bufs[b].write_at(0, &pattern(seed, lba_of(next), bs));
-            io.submit_write(
-                (b as u64) << 32 | next as u64,
-                lba_of(next),
-                nblocks,
-                &bufs[b],
-                false,
-            )
-            .unwrap_or_else(|e| panic!("submit write: {e}"));
-            next += 1;
-        }
-        io.queue().flush().unwrap_or_else(|e| panic!("flush: {e}"));
-        done.clear();
-        io.queue()
-            .poll(&mut done)
-            .unwrap_or_else(|e| panic!("poll: {e}"));
-        for c in &done {
-            assert!(
-                c.status.is_success(),
-                "write {} failed: {}",
-                c.tag & 0xFFFF_FFFF,
-                c.status
-            );
-            free.push((c.tag >> 32) as usize);
-            completed += 1;
-        }
-    }
-    // Reads.
-    let (mut next, mut completed) = (0usize, 0usize);
-    let mut free: Vec<usize> = (0..qd).collect();
-    let mut got = vec![0u8; bs];
-    while completed < count {
-        while next < count {
-            let Some(b) = free.pop() else { break };
-            bufs[b].fill(0);
-            io.submit_read(
-                (b as u64) << 32 | next as u64,
-                lba_of(next),
-                nblocks,
-                &bufs[b],
-            )
-            .unwrap_or_else(|e| panic!("submit read: {e}"));
-            next += 1;
-        }
-        io.queue().flush().unwrap_or_else(|e| panic!("flush: {e}"));
-        done.clear();
-        io.queue()
-            .poll(&mut done)
-            .unwrap_or_else(|e| panic!("poll: {e}"));
-        for c in &done {
-            let (b, i) = ((c.tag >> 32) as usize, (c.tag & 0xFFFF_FFFF) as usize);
-            assert!(c.status.is_success(), "read {i} failed: {}", c.status);
-            assert!(bufs[b].read_at(0, &mut got));
-            assert!(
-                got == pattern(seed, lba_of(i), bs),
-                "data mismatch at extent {i} (bs {bs}, qd {qd})"
-            );
-            free.push(b);
-            completed += 1;
-        }
-    }
-    drop(io);
-    drop(queues);
+    nvmf_tests::write_read_verify(&mut ctrl, bs, qd, count);
     ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
 }
 
@@ -242,5 +157,4 @@ fn many_queues_in_parallel() {
     for h in handles {
         h.join().unwrap_or_else(|_| panic!("worker panicked"));
     }
-    let _ = Duration::ZERO;
 }

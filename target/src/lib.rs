@@ -8,3 +8,4 @@ pub mod params;
 pub mod rdma;
 pub mod subsystem;
 pub mod target;
+pub mod tcp;

@@ -17,6 +17,7 @@ use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
 use nvmf_target::rdma::{listen_addr, RdmaServer};
 use nvmf_target::target::Target;
+use nvmf_target::tcp::TcpServer;
 
 #[derive(Parser, Debug)]
 #[command(name = "nvmf-target", version, about = "NVMe-over-Fabrics target")]
@@ -158,7 +159,7 @@ fn device_for(trtype: TrType) -> Result<Arc<dyn Device>, String> {
                              use trtype loopback (see issue: NVMe/RDMA on real verbs)"
                 .into(),
         ),
-        TrType::Tcp => Err("NVMe/TCP is not built into this version yet".into()),
+        TrType::Tcp => Err("NVMe/TCP ports are served by the TCP transport, not by verbs".into()),
     }
 }
 
@@ -166,6 +167,7 @@ fn run(cfg: &Config) -> Result<(), String> {
     let target = Target::from_config(cfg).map_err(|e| e.to_string())?;
     let ports = target.ports();
     let mut servers = Vec::new();
+    let mut tcp_servers = Vec::new();
     for trtype in [TrType::Loopback, TrType::Rdma, TrType::Tcp] {
         let these: Vec<_> = ports
             .iter()
@@ -173,6 +175,12 @@ fn run(cfg: &Config) -> Result<(), String> {
             .cloned()
             .collect();
         if these.is_empty() {
+            continue;
+        }
+        if trtype == TrType::Tcp {
+            let s =
+                TcpServer::start(target.clone(), &these).map_err(|e| format!("NVMe/TCP: {e}"))?;
+            tcp_servers.push(s);
             continue;
         }
         let dev = device_for(trtype)?;
@@ -195,9 +203,17 @@ fn run(cfg: &Config) -> Result<(), String> {
             listen_addr(p)
         );
     }
+    for s in &tcp_servers {
+        for a in s.local_addrs() {
+            println!("NVMe/TCP listening on {a}");
+        }
+    }
     wait_for_signal();
     info!("shutting down");
     for s in servers {
+        s.shutdown();
+    }
+    for s in tcp_servers {
         s.shutdown();
     }
     Ok(())

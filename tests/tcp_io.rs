@@ -1,0 +1,97 @@
+//! End to end over NVMe/TCP on 127.0.0.1: our host against our target, with and
+//! without header and data digests.
+
+use nvmf_common::types::Nsid;
+use nvmf_common::wire::identify::{cntrltype, sgls};
+use nvmf_initiator::discovery::discover;
+use nvmf_initiator::namespace::NsIo;
+use nvmf_initiator::transport::tcp::TcpOptions;
+use nvmf_tests::{config, connect_to, hostnqn, pattern, start_tcp, write_read_verify, TEST_HOSTID};
+
+fn digests(hdr: bool, data: bool) -> TcpOptions {
+    TcpOptions {
+        hdr_digest: hdr,
+        data_digest: data,
+        ..TcpOptions::default()
+    }
+}
+
+#[test]
+fn tcp_connect_identify() {
+    let env = start_tcp(&config(&["ram:64M"]), TcpOptions::default());
+    let ctrl = connect_to(&env.fabric, &env.nqn, 2, 64);
+    let id = ctrl.id_ctrl();
+    assert_eq!(id.cntrltype, cntrltype::IO);
+    assert_eq!(id.subnqn, nvmf_tests::TEST_NQN);
+    assert_eq!(id.sgls & sgls::KEYED, 0, "no keyed SGLs on TCP");
+    assert!(id.in_capsule_data >= 8192);
+    assert_eq!(ctrl.io_queue_count(), 2);
+    assert_eq!(ctrl.namespaces()[0].nsze * 512, 64 << 20);
+    ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
+}
+
+#[test]
+fn tcp_write_read_4k_qd32() {
+    let env = start_tcp(&config(&["ram:256M"]), TcpOptions::default());
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 1, 128);
+    write_read_verify(&mut ctrl, 4096, 32, 1024);
+}
+
+#[test]
+fn tcp_write_read_128k_r2t_qd16_with_digests() {
+    let env = start_tcp(&config(&["ram:256M"]), digests(true, true));
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 1, 64);
+    write_read_verify(&mut ctrl, 128 * 1024, 16, 128);
+}
+
+#[test]
+fn tcp_write_read_1m_qd8_header_digest_only() {
+    let env = start_tcp(&config(&["ram:256M"]), digests(true, false));
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 1, 64);
+    write_read_verify(&mut ctrl, 1 << 20, 8, 64);
+}
+
+#[test]
+fn tcp_write_read_512b_qd1_data_digest_only() {
+    let env = start_tcp(&config(&["ram:16M"]), digests(false, true));
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 1, 32);
+    write_read_verify(&mut ctrl, 512, 1, 64);
+}
+
+#[test]
+fn tcp_flush_zeroes_deallocate_compare() {
+    let env = start_tcp(&config(&["ram:64M"]), TcpOptions::default());
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 1, 32);
+    let mut qs = ctrl.take_io_queues();
+    let mut io = NsIo::new(&ctrl, &mut qs[0], Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+    let data = pattern(11, 0, 64 * 1024);
+    io.write(100, &data)
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    io.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    io.compare(100, &data)
+        .unwrap_or_else(|e| panic!("compare: {e}"));
+    io.write_zeroes(100, 8)
+        .unwrap_or_else(|e| panic!("write zeroes: {e}"));
+    io.deallocate(&[(108, 120)])
+        .unwrap_or_else(|e| panic!("deallocate: {e}"));
+    let mut back = vec![0u8; data.len()];
+    io.read(100, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert!(back.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn tcp_discovery() {
+    let env = start_tcp(&config(&["ram:16M"]), TcpOptions::default());
+    let entries = discover(
+        env.fabric.clone(),
+        &hostnqn(),
+        TEST_HOSTID,
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap_or_else(|e| panic!("discover: {e}"));
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0].subnqn, nvmf_tests::TEST_NQN);
+    assert_eq!(entries[0].trtype, nvmf_common::wire::log::trtype::TCP);
+    assert_eq!(entries[0].traddr, "127.0.0.1");
+}
