@@ -145,6 +145,46 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// The owned form of what the host framer yields.
+fn to_rx(r: Result<Pdu<'_>, FramerError>) -> Rx {
+    match r {
+        Ok(Pdu::IcResp(p)) => Rx::IcResp(p),
+        Ok(Pdu::C2HTermReq { fes, fei, data }) => Rx::Term {
+            fes,
+            fei,
+            data: data.to_vec(),
+        },
+        Ok(Pdu::CapsuleResp { cqe }) => Rx::Resp(cqe),
+        Ok(Pdu::C2HData {
+            cid,
+            datao,
+            last,
+            success,
+            data,
+            ..
+        }) => Rx::C2H {
+            cid,
+            datao,
+            last,
+            success,
+            data: data.to_vec(),
+        },
+        Ok(Pdu::R2T {
+            cid,
+            ttag,
+            offset,
+            length,
+        }) => Rx::R2T {
+            cid,
+            ttag,
+            offset,
+            length,
+        },
+        Ok(other) => panic!("unexpected PDU {other:?}"),
+        Err(e) => Rx::Err(e),
+    }
+}
+
 impl Host {
     fn new(addr: SocketAddr, cfg: HostConfig) -> Host {
         let sock = TcpStream::connect(addr).unwrap();
@@ -204,42 +244,7 @@ impl Host {
                 }
             }
             if let Some(r) = self.reader.poll() {
-                return match r {
-                    Ok(Pdu::IcResp(p)) => Rx::IcResp(p),
-                    Ok(Pdu::C2HTermReq { fes, fei, data }) => Rx::Term {
-                        fes,
-                        fei,
-                        data: data.to_vec(),
-                    },
-                    Ok(Pdu::CapsuleResp { cqe }) => Rx::Resp(cqe),
-                    Ok(Pdu::C2HData {
-                        cid,
-                        datao,
-                        last,
-                        success,
-                        data,
-                        ..
-                    }) => Rx::C2H {
-                        cid,
-                        datao,
-                        last,
-                        success,
-                        data: data.to_vec(),
-                    },
-                    Ok(Pdu::R2T {
-                        cid,
-                        ttag,
-                        offset,
-                        length,
-                    }) => Rx::R2T {
-                        cid,
-                        ttag,
-                        offset,
-                        length,
-                    },
-                    Ok(other) => panic!("unexpected PDU {other:?}"),
-                    Err(e) => Rx::Err(e),
-                };
+                return to_rx(r);
             }
             if !self.inbuf.is_empty() {
                 continue;
@@ -1560,41 +1565,17 @@ impl Host {
         }
         let n = self.reader.feed(&self.inbuf).unwrap();
         self.inbuf.drain(..n);
-        match self.reader.poll() {
-            None => None,
-            Some(r) => {
-                // Put the PDU through `recv`'s conversion.
-                let owned = match r.unwrap() {
-                    Pdu::CapsuleResp { cqe } => Rx::Resp(cqe),
-                    Pdu::C2HData {
-                        cid,
-                        datao,
-                        last,
-                        success,
-                        data,
-                        ..
-                    } => Rx::C2H {
-                        cid,
-                        datao,
-                        last,
-                        success,
-                        data: data.to_vec(),
-                    },
-                    other => panic!("{other:?}"),
-                };
-                Some(owned)
-            }
-        }
+        self.reader.poll().map(to_rx)
     }
 }
 
-/// A quick local IOPS figure: reads from the scripted host (one thread, blocking
+/// A quick local IOPS figure: reads or writes from the scripted host (one thread, blocking
 /// reads; new commands of a batch of completions leave in one `write`).
 /// `cargo test --release -p nvmf-target --lib tcp::tests::local_iops -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn local_iops() {
-    // NVMF_TCP_IOPS="poll:32:4096" runs one point.
+    // NVMF_TCP_IOPS="poll:32:4096[:write]" runs one point.
     let one = std::env::var("NVMF_TCP_IOPS").ok().map(|v| {
         let f: Vec<&str> = v.split(':').collect();
         let mode = match f[0] {
@@ -1606,23 +1587,26 @@ fn local_iops() {
             mode,
             f[1].parse::<usize>().unwrap(),
             f[2].parse::<usize>().unwrap(),
+            f.get(3) == Some(&"write"),
         )
     });
     let all = [
-        (PollMode::Poll, 1usize, 4096usize),
-        (PollMode::Adaptive, 1, 4096),
-        (PollMode::Interrupt, 1, 4096),
-        (PollMode::Poll, 32, 4096),
-        (PollMode::Adaptive, 32, 4096),
-        (PollMode::Interrupt, 32, 4096),
-        (PollMode::Poll, 32, 128 * 1024),
-        (PollMode::Poll, 8, 128 * 1024),
+        (PollMode::Poll, 1usize, 4096usize, false),
+        (PollMode::Adaptive, 1, 4096, false),
+        (PollMode::Interrupt, 1, 4096, false),
+        (PollMode::Poll, 32, 4096, false),
+        (PollMode::Adaptive, 32, 4096, false),
+        (PollMode::Interrupt, 32, 4096, false),
+        (PollMode::Poll, 32, 128 * 1024, false),
+        (PollMode::Poll, 8, 128 * 1024, false),
+        (PollMode::Poll, 32, 4096, true),
+        (PollMode::Poll, 8, 128 * 1024, true),
     ];
     let points: Vec<_> = match one {
         Some(p) => vec![p],
         None => all.to_vec(),
     };
-    for (mode, qd, bs) in points {
+    for (mode, qd, bs, write) in points {
         let s = server(mode, 1, TcpOptions::default());
         let (_a, mut io) = io_pair(s.addr, HostConfig::default(), 0);
         // The host busy-polls its socket too when the target does.
@@ -1632,26 +1616,28 @@ fn local_iops() {
         }
         let nlb = (bs / BS) as u32;
         let secs = 2.0;
+        let payload = pattern(bs, 1);
+        // Writes up to the in-capsule size go in the capsule, larger ones by R2T.
+        let icd = write && bs <= 8192;
         let mut out = Vec::new();
         let issue = |io: &mut Host, out: &mut Vec<u8>, n: usize| {
             for _ in 0..n {
                 let cid = io.next_cid();
                 let slba = u64::from(cid % 64) * u64::from(nlb);
+                let (op, sgl, data): (u8, SglDescriptor, &[u8]) = match (write, icd) {
+                    (false, _) => (nvm_op::READ, SglDescriptor::transport(bs as u32), &[]),
+                    (true, true) => (
+                        nvm_op::WRITE,
+                        SglDescriptor::in_capsule(0, bs as u32),
+                        &payload,
+                    ),
+                    (true, false) => (nvm_op::WRITE, SglDescriptor::transport(bs as u32), &[]),
+                };
                 io.w()
-                    .capsule_cmd(
-                        &rw_sqe(
-                            nvm_op::READ,
-                            cid,
-                            slba,
-                            nlb,
-                            SglDescriptor::transport(bs as u32),
-                        ),
-                        &[],
-                        out,
-                    )
+                    .capsule_cmd(&rw_sqe(op, cid, slba, nlb, sgl), data, out)
                     .unwrap();
             }
-            if n > 0 {
+            if !out.is_empty() {
                 io.send(out);
             }
             out.clear();
@@ -1667,6 +1653,17 @@ fn local_iops() {
             while let Some(rx) = first.take().or_else(|| io.try_buffered()) {
                 match rx {
                     Rx::C2H { .. } => {}
+                    Rx::R2T {
+                        cid,
+                        ttag,
+                        offset,
+                        length,
+                    } => {
+                        let d = &payload[offset as usize..(offset + length) as usize];
+                        io.w()
+                            .h2c_data(cid, ttag, offset, d, true, &mut out)
+                            .unwrap();
+                    }
                     Rx::Resp(c) => {
                         assert!(status_of(&c).is_success());
                         finished += 1;
@@ -1682,8 +1679,9 @@ fn local_iops() {
         let c = s.tcp.counters();
         let per = |a: u64, b: u64| (a - b) as f64 / done as f64;
         println!(
-            "{mode:?} QD{qd} {}k reads: {:.0} IOPS ({:.0} MB/s, mean {:.1} us); target: {:.1} us CPU/IO, reads/IO {:.2}, writes/IO {:.2}, sleeps {}",
+            "{mode:?} QD{qd} {}k {}: {:.0} IOPS ({:.0} MB/s, mean {:.1} us); target: {:.1} us CPU/IO, reads/IO {:.2}, writes/IO {:.2}, sleeps {}",
             bs / 1024,
+            if write { "writes" } else { "reads" },
             done as f64 / el,
             done as f64 * bs as f64 / el / 1e6,
             el * 1e6 * qd as f64 / done as f64,
