@@ -228,6 +228,20 @@ impl QueueCtx {
         cqe.set_status(req.status);
     }
 
+    /// Pairs the oldest held Asynchronous Event Request with the controller's next
+    /// event: returns the request's transport tag and its completion dword 0.
+    pub fn next_aer_completion(&mut self) -> Option<(u64, u32)> {
+        if self.held_aers.is_empty() {
+            return None;
+        }
+        let ctrl = self.ctrl.as_ref()?;
+        if !ctrl.has_events() {
+            return None;
+        }
+        let ev = ctrl.pop_event()?;
+        Some((self.held_aers.remove(0), ev))
+    }
+
     /// Releases what the queue holds in its controller; called once when it ends.
     pub fn teardown(&mut self) {
         if let Some(c) = self.ctrl.take() {

@@ -753,19 +753,12 @@ impl Group {
     fn serve_events(&mut self) {
         for qi in 0..self.queues.len() {
             while let Some(Some(q)) = self.queues.get_mut(qi) {
-                if q.dead || q.ctx.held_aers.is_empty() {
+                if q.dead {
                     break;
                 }
-                let Some(ctrl) = q.ctx.ctrl.as_ref() else {
+                let Some((tag, ev)) = q.ctx.next_aer_completion() else {
                     break;
                 };
-                if !ctrl.has_events() {
-                    break;
-                }
-                let Some(ev) = ctrl.pop_event() else {
-                    break;
-                };
-                let tag = q.ctx.held_aers.remove(0);
                 let (_, _, _, si) = wr_id_parts(tag);
                 if let Some(slot) = q.slots.get_mut(usize::from(si)) {
                     slot.req.dw0 = ev;

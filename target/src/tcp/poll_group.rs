@@ -1438,19 +1438,12 @@ impl Group {
     fn serve_events(&mut self) {
         for ci in 0..self.conns.len() {
             while let Some(Some(c)) = self.conns.get_mut(ci) {
-                if c.dead || c.ctx.held_aers.is_empty() {
+                if c.dead {
                     break;
                 }
-                let Some(ctrl) = c.ctx.ctrl.as_ref() else {
+                let Some((t, ev)) = c.ctx.next_aer_completion() else {
                     break;
                 };
-                if !ctrl.has_events() {
-                    break;
-                }
-                let Some(ev) = ctrl.pop_event() else {
-                    break;
-                };
-                let t = c.ctx.held_aers.remove(0);
                 let (_, _, si) = tag_parts(t);
                 match c.slots.get_mut(usize::from(si)) {
                     Some(slot) if slot.state == SlotState::Held => {
