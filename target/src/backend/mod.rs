@@ -10,11 +10,14 @@
 //! I/O completes, so a buffer can never be freed under an in-flight I/O.
 
 pub mod file;
+mod inline;
 pub mod null;
 pub mod ram;
 pub mod spec;
 
 use std::os::fd::RawFd;
+
+pub(crate) use inline::{InlineChannel, InlineExec};
 use std::sync::Arc;
 
 use nvmf_common::verbs::DmaBuffer;

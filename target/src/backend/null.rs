@@ -6,12 +6,7 @@
 //! `poll` hands it out. Nothing allocates per I/O once the vector has grown to the
 //! queue depth.
 
-use std::os::fd::RawFd;
-
-use super::{Backend, BackendError, BackendInfo, IoChannel, IoCompletion, IoOp};
-
-/// Initial capacity of a channel's completion vector (a typical queue depth).
-const INLINE_CAPACITY: usize = 256;
+use super::{Backend, BackendError, BackendInfo, InlineChannel, InlineExec, IoChannel, IoOp};
 
 #[derive(Debug)]
 pub struct NullBackend {
@@ -61,47 +56,30 @@ impl Backend for NullBackend {
     }
 
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError> {
-        Ok(Box::new(NullChannel {
+        Ok(Box::new(InlineChannel::new(NullExec {
             size_bytes: self.info.size_bytes,
             zero_reads: self.zero_reads,
-            done: Vec::with_capacity(INLINE_CAPACITY),
-        }))
+        })))
     }
 }
 
-struct NullChannel {
+struct NullExec {
     size_bytes: u64,
     zero_reads: bool,
-    done: Vec<IoCompletion>,
 }
 
-impl IoChannel for NullChannel {
-    fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
-        op.check_range(self.size_bytes)?;
-        if let IoOp::Read { buf, .. } = &op {
+impl InlineExec for NullExec {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn execute(&self, op: &IoOp) -> Result<(), BackendError> {
+        if let IoOp::Read { buf, .. } = op {
             if self.zero_reads && !buf.buf.fill(buf.offset, buf.len, 0) {
                 return Err(BackendError::Io(libc::EFAULT));
             }
         }
-        // Dropping `op` here releases the buffer: the I/O is over.
-        self.done.push((tag, Ok(())));
         Ok(())
-    }
-
-    fn flush(&mut self) {}
-
-    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize {
-        let n = self.done.len();
-        out.append(&mut self.done);
-        n
-    }
-
-    fn in_flight(&self) -> usize {
-        self.done.len()
-    }
-
-    fn event_fd(&self) -> Option<RawFd> {
-        None
     }
 }
 

@@ -18,15 +18,12 @@
 //! which every bit pattern is valid); it cannot corrupt anything but the racing bytes,
 //! and no Rust reference to this memory exists whose invariants it could break.
 
-use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::spec::{check_memory_size, OpenError};
-use super::{Backend, BackendError, BackendInfo, IoChannel, IoCompletion, IoOp};
+use super::{Backend, BackendError, BackendInfo, InlineChannel, InlineExec, IoChannel, IoOp};
 
-/// Initial capacity of a channel's completion vector (a typical queue depth).
-const INLINE_CAPACITY: usize = 256;
 /// Zeroed ranges at least this large give their whole pages back with `madvise`;
 /// smaller ones are `memset` (cheaper than a system call and a TLB shootdown).
 const MADVISE_MIN: usize = 64 * 1024;
@@ -204,19 +201,21 @@ impl Backend for RamBackend {
     }
 
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError> {
-        Ok(Box::new(RamChannel {
+        Ok(Box::new(InlineChannel::new(RamExec {
             region: self.region.clone(),
-            done: Vec::with_capacity(INLINE_CAPACITY),
-        }))
+        })))
     }
 }
 
-struct RamChannel {
+struct RamExec {
     region: Arc<Region>,
-    done: Vec<IoCompletion>,
 }
 
-impl RamChannel {
+impl InlineExec for RamExec {
+    fn size_bytes(&self) -> u64 {
+        self.region.len as u64
+    }
+
     fn execute(&self, op: &IoOp) -> Result<(), BackendError> {
         match op {
             IoOp::Read { offset, buf } => {
@@ -238,31 +237,6 @@ impl RamChannel {
                 self.region.zero(*offset, *len)
             }
         }
-    }
-}
-
-impl IoChannel for RamChannel {
-    fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
-        op.check_range(self.region.len as u64)?;
-        self.execute(&op)?;
-        self.done.push((tag, Ok(())));
-        Ok(())
-    }
-
-    fn flush(&mut self) {}
-
-    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize {
-        let n = self.done.len();
-        out.append(&mut self.done);
-        n
-    }
-
-    fn in_flight(&self) -> usize {
-        self.done.len()
-    }
-
-    fn event_fd(&self) -> Option<RawFd> {
-        None
     }
 }
 
