@@ -26,6 +26,18 @@ fn assert_status(c: &Completion, sct: Sct, sc: u8) {
     );
 }
 
+/// Connect failed with Invalid Parameters naming the field `iattr_ipo` (dw0: IATTR
+/// bit 16 set for a Connect data field, IPO the field's byte offset).
+fn assert_connect_invalid(c: &Completion, iattr_ipo: u32) {
+    assert_status(
+        c,
+        Sct::CommandSpecific,
+        cmd_specific::CONNECT_INVALID_PARAMETERS,
+    );
+    assert!(c.status.dnr);
+    assert_eq!(c.dw0, iattr_ipo, "IATTR/IPO");
+}
+
 /// Sends a Connect with `data` on `q` and returns the completion.
 fn raw_connect(
     env: &Env,
@@ -162,14 +174,9 @@ fn connect_to_unknown_subsystem() {
     let mut admin = raw_queue(&env, 0, 32);
     let other = Nqn::new("nqn.2024-01.io.nvmf-rs:nope").unwrap_or_else(|e| panic!("{e}"));
     let c = raw_connect(&env, &mut admin, 0, 31, Cntlid::DYNAMIC, &other);
-    assert_status(
+    assert_connect_invalid(
         &c,
-        Sct::CommandSpecific,
-        cmd_specific::CONNECT_INVALID_PARAMETERS,
-    );
-    assert_eq!(
-        c.dw0,
-        CONNECT_IATTR_DATA | u32::from(connect_data_offset::SUBSYSNQN)
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::SUBSYSNQN),
     );
     // The library reports it the same way.
     let mut o = options(&env, 1, 32);
@@ -213,45 +220,25 @@ fn connect_with_bad_cntlid_or_queue_size() {
     // Dynamic subsystem: the admin Connect must ask for 0xFFFF.
     let mut admin = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut admin, 0, 31, Cntlid(5), &env.nqn);
-    assert_status(
+    assert_connect_invalid(
         &c,
-        Sct::CommandSpecific,
-        cmd_specific::CONNECT_INVALID_PARAMETERS,
-    );
-    assert_eq!(
-        c.dw0,
-        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID)
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID),
     );
     // SQSIZE 0 is invalid.
     let mut admin = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut admin, 0, 0, Cntlid::DYNAMIC, &env.nqn);
-    assert_status(
-        &c,
-        Sct::CommandSpecific,
-        cmd_specific::CONNECT_INVALID_PARAMETERS,
-    );
-    assert_eq!(c.dw0, u32::from(connect_offset::SQSIZE));
+    assert_connect_invalid(&c, u32::from(connect_offset::SQSIZE));
     // An I/O queue naming a controller that does not exist.
     let mut io = raw_queue(&env, 2, 32);
     let c = raw_connect(&env, &mut io, 2, 31, Cntlid(0x1234), &env.nqn);
-    assert_status(
+    assert_connect_invalid(
         &c,
-        Sct::CommandSpecific,
-        cmd_specific::CONNECT_INVALID_PARAMETERS,
-    );
-    assert_eq!(
-        c.dw0,
-        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID)
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID),
     );
     // An I/O queue beyond the granted count (the controller got 1).
     let mut io = raw_queue(&env, 2, 32);
     let c = raw_connect(&env, &mut io, 2, 31, ctrl.cntlid(), &env.nqn);
-    assert_status(
-        &c,
-        Sct::CommandSpecific,
-        cmd_specific::CONNECT_INVALID_PARAMETERS,
-    );
-    assert_eq!(c.dw0, u32::from(connect_offset::QID));
+    assert_connect_invalid(&c, u32::from(connect_offset::QID));
     // An RDMA connect asking for a queue deeper than the target allows is rejected by
     // the NVMe/RDMA CM with Invalid HSQSIZE, before any capsule.
     let err = env
@@ -508,14 +495,9 @@ fn static_controller_model_honours_requested_cntlid() {
     // ...refused when taken...
     let mut b = raw_queue(&env, 0, 32);
     let c = raw_connect(&env, &mut b, 0, 31, Cntlid(7), &env.nqn);
-    assert_status(
+    assert_connect_invalid(
         &c,
-        Sct::CommandSpecific,
-        cmd_specific::CONNECT_INVALID_PARAMETERS,
-    );
-    assert_eq!(
-        c.dw0,
-        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID)
+        CONNECT_IATTR_DATA | u32::from(connect_data_offset::CNTLID),
     );
     // ...and 0xFFFE takes any free one.
     let mut d = raw_queue(&env, 0, 32);
