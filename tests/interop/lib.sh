@@ -1,0 +1,154 @@
+# Helpers for interop cases (POSIX sh, sourced by each case in the guest; see README.md).
+# Env: INTEROP, BIN, GUEST_IP, HOST_IP, WORK (scratch, tmpfs), LOG (kept in the run's output).
+
+NVMET=/sys/kernel/config/nvmet
+
+# run DESC CMD...: prints the command, runs it, and ends the case if it fails.
+run() {
+  _desc=$1
+  shift
+  echo "+ $*"
+  if ! "$@"; then
+    echo "FAIL: $_desc"
+    exit 1
+  fi
+}
+
+# expect DESC REGEX CMD...: like run, and the output (printed) must match the extended REGEX.
+expect() {
+  _desc=$1
+  _re=$2
+  shift 2
+  echo "+ $*"
+  _out=${WORK:-/tmp}/.expect.out
+  if ! "$@" > "$_out" 2>&1; then
+    cat "$_out"
+    echo "FAIL: $_desc"
+    exit 1
+  fi
+  cat "$_out"
+  if ! grep -qE -- "$_re" "$_out"; then
+    echo "FAIL: $_desc: the output does not match /$_re/"
+    exit 1
+  fi
+}
+
+# check DESC SHELL-CONDITION: like run, for a condition written as shell code.
+check() {
+  _desc=$1
+  shift
+  echo "+ [ $* ]"
+  if ! sh -c "$*"; then
+    echo "FAIL: $_desc"
+    exit 1
+  fi
+}
+
+# wait_block DEV [SECS]: waits until /sys/block/DEV reports a non-zero size.
+wait_block() {
+  _n=$(( ${2:-30} * 5 ))
+  while [ "$_n" -gt 0 ]; do
+    _size=$(cat "/sys/block/$1/size" 2>/dev/null || echo 0)
+    [ "$_size" -gt 0 ] && return 0
+    sleep 0.2
+    _n=$((_n - 1))
+  done
+  echo "FAIL: /sys/block/$1 never appeared"
+  exit 1
+}
+
+# nvme_dev NQN: prints the block device (nvmeXnY) of the first namespace of the connected NQN.
+# A namespace disk's "device" is its controller, or its subsystem under native multipath;
+# both carry subsysnqn. Native multipath also lists each path as a hidden nvmeXcYnZ.
+nvme_dev() {
+  for _b in /sys/block/nvme*; do
+    case ${_b##*/} in nvme*c*n*) continue ;; esac # a multipath path's hidden disk
+    [ "$(cat "$_b/device/subsysnqn" 2>/dev/null)" = "$1" ] && { basename "$_b"; return 0; }
+  done
+  return 1
+}
+
+# wait_nvme NQN [SECS]: waits for the namespace disk of NQN to appear with a size; prints its name.
+wait_nvme() {
+  _n=$(( ${2:-30} * 5 ))
+  while [ "$_n" -gt 0 ]; do
+    _d=$(nvme_dev "$1") && [ "$(cat "/sys/block/$_d/size" 2>/dev/null || echo 0)" -gt 0 ] && {
+      echo "$_d"
+      return 0
+    }
+    sleep 0.2
+    _n=$((_n - 1))
+  done
+  echo "no namespace of $1 appeared" >&2
+  return 1
+}
+
+# kernel_target_add TRTYPE ADDR PORT NQN FILE: exports FILE as namespace 1 of NQN through the
+# kernel target (nvmet, configfs) on a new port.
+kernel_target_add() {
+  _s=$NVMET/subsystems/$4
+  mkdir "$_s" && echo 1 > "$_s/attr_allow_any_host" &&
+    mkdir "$_s/namespaces/1" && echo "$5" > "$_s/namespaces/1/device_path" &&
+    echo 1 > "$_s/namespaces/1/buffered_io" && echo 1 > "$_s/namespaces/1/enable" || return 1
+  _p=1
+  while [ -e "$NVMET/ports/$_p" ]; do _p=$((_p + 1)); done
+  mkdir "$NVMET/ports/$_p" && echo "$1" > "$NVMET/ports/$_p/addr_trtype" &&
+    echo ipv4 > "$NVMET/ports/$_p/addr_adrfam" && echo "$2" > "$NVMET/ports/$_p/addr_traddr" &&
+    echo "$3" > "$NVMET/ports/$_p/addr_trsvcid" && ln -s "$_s" "$NVMET/ports/$_p/subsystems/$4"
+}
+
+# kernel_target_clear: removes every port, subsystem and namespace of the kernel target.
+kernel_target_clear() {
+  [ -d "$NVMET" ] || return 0
+  for _l in "$NVMET"/ports/*/subsystems/*; do [ -L "$_l" ] && rm "$_l"; done
+  for _p in "$NVMET"/ports/*; do [ -d "$_p" ] && rmdir "$_p"; done
+  for _n in "$NVMET"/subsystems/*/namespaces/*; do
+    [ -d "$_n" ] && { echo 0 > "$_n/enable"; rmdir "$_n"; }
+  done
+  for _s in "$NVMET"/subsystems/*; do [ -d "$_s" ] && rmdir "$_s"; done
+  return 0
+}
+
+# start_bg NAME CMD...: starts CMD in the background, output in $LOG/NAME.log.
+start_bg() {
+  _name=$1
+  shift
+  echo "+ $* &  (log: $_name.log)"
+  "$@" > "$LOG/$_name.log" 2>&1 &
+  echo $! > "$LOG/$_name.pid"
+}
+
+# stop_bg NAME: SIGTERM, then waits up to 20 s; fails the case if it needed SIGKILL.
+stop_bg() {
+  _pid=$(cat "$LOG/$1.pid" 2>/dev/null) || return 0
+  kill -TERM "$_pid" 2>/dev/null
+  _n=100
+  while kill -0 "$_pid" 2>/dev/null && [ "$_n" -gt 0 ]; do sleep 0.2; _n=$((_n - 1)); done
+  rm -f "$LOG/$1.pid"
+  if kill -0 "$_pid" 2>/dev/null; then
+    kill -KILL "$_pid"
+    echo "FAIL: $1 did not stop on SIGTERM"
+    exit 1
+  fi
+}
+
+# log_clean NAME: fails the case when $LOG/NAME.log reports an error, a warning or a panic.
+log_clean() {
+  if grep -nE 'ERROR|WARN|panicked' "$LOG/$1.log"; then
+    echo "FAIL: $1 logged the lines above"
+    exit 1
+  fi
+  echo "+ $1.log: no error, warning or panic"
+}
+
+# wait_port ADDR PORT [SECS]: waits until a TCP listener answers on ADDR:PORT.
+wait_port() {
+  _n=$(( ${3:-30} * 5 ))
+  while [ "$_n" -gt 0 ]; do
+    bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null && return 0
+    sleep 0.2
+    _n=$((_n - 1))
+  done
+  echo "FAIL: nothing listens on $1:$2"
+  exit 1
+}
