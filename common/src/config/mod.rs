@@ -27,6 +27,7 @@ mod error;
 mod locate;
 mod serde_util;
 pub mod spec;
+mod tcp;
 mod validate;
 
 #[cfg(test)]
@@ -45,6 +46,7 @@ use crate::types::{Cntlid, Nqn, Nsid};
 
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
+pub use tcp::TcpConfig;
 
 /// NQN of the subsystem [`Config::single`] creates when none is given.
 pub const DEFAULT_SUBSYSTEM_NQN: &str = "nqn.2024-01.io.nvmf-rs:default";
@@ -535,6 +537,9 @@ impl fmt::Debug for Source {
 pub struct Config {
     #[serde(default)]
     pub transport: TransportConfig,
+    /// NVMe/TCP tuning.
+    #[serde(default)]
+    pub tcp: TcpConfig,
     #[serde(default)]
     pub ports: Vec<PortConfig>,
     #[serde(default)]
@@ -546,6 +551,7 @@ pub struct Config {
 impl PartialEq for Config {
     fn eq(&self, other: &Self) -> bool {
         self.transport == other.transport
+            && self.tcp == other.tcp
             && self.ports == other.ports
             && self.subsystems == other.subsystems
     }
@@ -666,6 +672,7 @@ impl Config {
             .collect();
         let config = Config {
             transport: TransportConfig::default(),
+            tcp: TcpConfig::default(),
             ports: vec![PortConfig {
                 portid: 1,
                 trtype,

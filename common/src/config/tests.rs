@@ -417,6 +417,50 @@ fn transport_limits() {
 }
 
 #[test]
+fn tcp_section() {
+    let c = Config::from_yaml_str(BASE, ORIGIN).unwrap();
+    assert_eq!(c.tcp, TcpConfig::default());
+    let text = format!(
+        "{BASE}tcp:\n  header_digest: false\n  maxh2cdata: 65536\n  stall_timeout_ms: 5000\n"
+    );
+    let c = Config::from_yaml_str(&text, ORIGIN).unwrap();
+    assert!(!c.tcp.header_digest && c.tcp.data_digest);
+    assert_eq!((c.tcp.maxh2cdata, c.tcp.stall_timeout_ms), (65536, 5000));
+    let again = Config::from_yaml_str(&c.to_yaml().unwrap(), "printed").unwrap();
+    assert_eq!(again, c);
+
+    let cases = [
+        (
+            "maxh2cdata: 1024",
+            "tcp.maxh2cdata: 1024 is out of range: must be 4096 to 16777216",
+        ),
+        ("maxh2cdata: 4098", "tcp.maxh2cdata: 4098 is not a multiple of 4"),
+        (
+            "max_r2t_per_command: 0",
+            "tcp.max_r2t_per_command: 0 is out of range: must be 1 to 256",
+        ),
+        (
+            "c2h_chunk: 33554432",
+            "tcp.c2h_chunk: 33554432 is out of range: must be 4096 to 16777216",
+        ),
+        (
+            "stall_timeout_ms: 10",
+            "tcp.stall_timeout_ms: 10 is too small: must be at least 1000 (1 s)",
+        ),
+        (
+            "arena_bytes: 2097152",
+            "tcp.arena_bytes: 2097152 is too small for PDUs of 1048576 bytes: at least 4194304",
+        ),
+    ];
+    for (line, want) in cases {
+        let e = error_of(&format!("{BASE}tcp:\n  {line}\n"));
+        assert_eq!(e.to_string(), format!("configs/x.yaml:14:3: {want}"));
+    }
+    let e = error_of(&format!("{BASE}tcp:\n  max_h2c: 1\n"));
+    assert!(e.to_string().contains("max_h2c"), "{e}");
+}
+
+#[test]
 fn subsystem_rules() {
     let with = |extra: &str| {
         BASE.replace(

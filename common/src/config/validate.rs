@@ -47,6 +47,7 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
     };
     let root = KeyPath::root();
     check_transport(&mut c, config, &root.key("transport"));
+    check_tcp(&mut c, config, &root.key("tcp"));
 
     let subsystems = root.key("subsystems");
     let mut nqns: HashMap<&Nqn, usize> = HashMap::new();
@@ -190,6 +191,69 @@ fn check_transport(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
             format!(
                 "{} is too small: must be at least 1000 (1 s)",
                 tc.keep_alive_timeout_ms
+            ),
+        );
+    }
+}
+
+fn check_tcp(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
+    use super::tcp::{
+        TCP_ARENA_RANGE, TCP_MAX_PDU_DATA, TCP_MAX_R2T_RANGE, TCP_MIN_PDU_DATA, TCP_MIN_STALL_MS,
+    };
+    let tc = &config.tcp;
+    let errors_before = c.errors.len();
+    let h2c = t.key("maxh2cdata");
+    check_range(c, &h2c, tc.maxh2cdata, TCP_MIN_PDU_DATA, TCP_MAX_PDU_DATA);
+    if tc.maxh2cdata % 4 != 0 {
+        c.err(&h2c, format!("{} is not a multiple of 4", tc.maxh2cdata));
+    }
+    check_range(
+        c,
+        &t.key("max_r2t_per_command"),
+        tc.max_r2t_per_command,
+        TCP_MAX_R2T_RANGE.0,
+        TCP_MAX_R2T_RANGE.1,
+    );
+    check_range(
+        c,
+        &t.key("c2h_chunk"),
+        tc.c2h_chunk,
+        TCP_MIN_PDU_DATA,
+        TCP_MAX_PDU_DATA,
+    );
+    if tc.stall_timeout_ms < TCP_MIN_STALL_MS {
+        c.err(
+            &t.key("stall_timeout_ms"),
+            format!(
+                "{} is too small: must be at least {TCP_MIN_STALL_MS} (1 s)",
+                tc.stall_timeout_ms
+            ),
+        );
+    }
+    check_range(
+        c,
+        &t.key("arena_bytes"),
+        tc.arena_bytes,
+        TCP_ARENA_RANGE.0,
+        TCP_ARENA_RANGE.1,
+    );
+    if c.errors.len() > errors_before {
+        return; // sizes out of range: the arena check would only repeat them
+    }
+    // The largest command's buffer, every read chunk and every R2T window must fit in
+    // the arena with room to spare.
+    let largest = u64::from(
+        tc.maxh2cdata
+            .max(tc.c2h_chunk)
+            .max(config.transport.max_io_size),
+    );
+    if tc.arena_bytes < 4 * largest {
+        c.err(
+            &t.key("arena_bytes"),
+            format!(
+                "{} is too small for PDUs of {largest} bytes: at least {}",
+                tc.arena_bytes,
+                4 * largest
             ),
         );
     }
