@@ -13,6 +13,10 @@ use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
 
+pub mod ops_support;
+pub mod proxy;
+pub mod raw_tcp;
+
 /// The subsystem every test target serves.
 pub const TEST_NQN: &str = "nqn.2024-01.io.nvmf-rs:test";
 /// The host NQN tests connect as.
@@ -208,11 +212,22 @@ pub struct TcpEnv {
     pub target: Arc<nvmf_target::target::Target>,
     pub fabric: Arc<dyn Fabric>,
     pub nqn: Nqn,
+    /// The listener's address (for hosts made by hand).
+    pub addr: std::net::SocketAddr,
 }
 
 /// Starts `cfg` with its port turned into a TCP port on 127.0.0.1:0; the host side uses
 /// `opts` (digests).
 pub fn start_tcp(cfg: &Config, opts: nvmf_initiator::transport::tcp::TcpOptions) -> TcpEnv {
+    start_tcp_with(cfg, opts, nvmf_target::tcp::TcpOptions::default())
+}
+
+/// [`start_tcp`] with explicit target transport tuning (stall timeout, MAXH2CDATA...).
+pub fn start_tcp_with(
+    cfg: &Config,
+    opts: nvmf_initiator::transport::tcp::TcpOptions,
+    target_opts: nvmf_target::tcp::TcpOptions,
+) -> TcpEnv {
     init_logs();
     let mut cfg = cfg.clone();
     for p in &mut cfg.ports {
@@ -222,8 +237,9 @@ pub fn start_tcp(cfg: &Config, opts: nvmf_initiator::transport::tcp::TcpOptions)
     }
     let target =
         nvmf_target::target::Target::from_config(&cfg).unwrap_or_else(|e| panic!("target: {e}"));
-    let server = nvmf_target::tcp::TcpServer::start(target.clone(), &target.ports())
-        .unwrap_or_else(|e| panic!("tcp server: {e}"));
+    let server =
+        nvmf_target::tcp::TcpServer::start_with(target.clone(), &target.ports(), target_opts)
+            .unwrap_or_else(|e| panic!("tcp server: {e}"));
     let addr = server.local_addrs()[0];
     let fabric = nvmf_initiator::transport::tcp::TcpFabric::new(addr, opts);
     let nqn = cfg.subsystems[0].nqn.clone();
@@ -232,7 +248,28 @@ pub fn start_tcp(cfg: &Config, opts: nvmf_initiator::transport::tcp::TcpOptions)
         target,
         fabric: Arc::new(fabric),
         nqn,
+        addr,
     }
+}
+
+/// A well-behaved host connects over `fabric`, writes a 4 KiB pattern at `lba` of
+/// namespace 1, reads it back and disconnects: the target still serves hosts.
+pub fn assert_serves(fabric: &Arc<dyn Fabric>, nqn: &Nqn, lba: u64) {
+    let mut ctrl = connect_to(fabric, nqn, 1, 32);
+    let mut q = ctrl.take_io_queues().remove(0);
+    {
+        let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+        let d = pattern(0xA11CE ^ lba, lba, 4096);
+        io.write(lba, &d)
+            .unwrap_or_else(|e| panic!("healthy host write: {e}"));
+        let mut back = vec![0u8; 4096];
+        io.read(lba, &mut back)
+            .unwrap_or_else(|e| panic!("healthy host read: {e}"));
+        assert!(back == d, "healthy host read back other data");
+    }
+    drop(q);
+    ctrl.shutdown()
+        .unwrap_or_else(|e| panic!("healthy host shutdown: {e}"));
 }
 
 /// Connects a controller over `fabric` to `nqn` with `nr_io` queues of `queue_size`.

@@ -191,14 +191,15 @@ fn discovery_lists_visible_subsystems() {
         Duration::from_secs(5),
     )
     .unwrap_or_else(|e| panic!("discover: {e}"));
+    // As nvmet orders it: the current discovery subsystem first, then NVM subsystems.
     assert_eq!(entries.len(), 2, "{entries:?}");
-    assert_eq!(entries[0].subnqn, nvmf_tests::TEST_NQN);
-    assert_eq!(entries[0].subtype, subtype::NVME);
-    assert_eq!(entries[0].trtype, trtype::LOOP);
-    assert_eq!(entries[0].portid, 1);
-    assert_eq!(entries[0].cntlid, 0xFFFF);
-    assert_eq!(entries[1].subnqn, nvmf_common::types::DISCOVERY_NQN);
-    assert_eq!(entries[1].subtype, subtype::CURRENT_DISCOVERY);
+    assert_eq!(entries[0].subnqn, nvmf_common::types::DISCOVERY_NQN);
+    assert_eq!(entries[0].subtype, subtype::CURRENT_DISCOVERY);
+    assert_eq!(entries[1].subnqn, nvmf_tests::TEST_NQN);
+    assert_eq!(entries[1].subtype, subtype::NVME);
+    assert_eq!(entries[1].trtype, trtype::LOOP);
+    assert_eq!(entries[1].portid, 1);
+    assert_eq!(entries[1].cntlid, 0xFFFF);
 }
 
 #[test]

@@ -91,7 +91,9 @@ fn tcp_discovery() {
     )
     .unwrap_or_else(|e| panic!("discover: {e}"));
     assert_eq!(entries.len(), 2);
-    assert_eq!(entries[0].subnqn, nvmf_tests::TEST_NQN);
-    assert_eq!(entries[0].trtype, nvmf_common::wire::log::trtype::TCP);
-    assert_eq!(entries[0].traddr, "127.0.0.1");
+    let nvm: Vec<_> = entries.iter().filter(|e| e.is_nvm_subsystem()).collect();
+    assert_eq!(nvm.len(), 1, "{entries:?}");
+    assert_eq!(nvm[0].subnqn, nvmf_tests::TEST_NQN);
+    assert_eq!(nvm[0].trtype, nvmf_common::wire::log::trtype::TCP);
+    assert_eq!(nvm[0].traddr, "127.0.0.1");
 }

@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod map_cmd;
+
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use tracing_subscriber::EnvFilter;
@@ -67,6 +69,8 @@ pub enum Command {
     Write(WriteArgs),
     /// Measure a namespace (fio-like).
     Perf(PerfArgs),
+    /// Export a namespace locally as an NBD server until SIGINT/SIGTERM.
+    Map(map_cmd::MapArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -302,12 +306,23 @@ impl From<std::io::Error> for CliError {
 
 type CliResult = Result<(), CliError>;
 
-/// The RDMA device for `-t rdma`.
-///
-/// TODO(rdma-sys): return the libibverbs provider once it is built into this binary;
-/// until then `-t rdma` reports that real verbs are missing.
-fn rdma_device() -> Option<Arc<dyn Device>> {
-    None
+/// The local RDMA device that reaches `addr` (`IP:PORT`), for `-t rdma`.
+#[cfg(feature = "rdma")]
+fn rdma_device(addr: &str, timeout: Duration) -> Result<Arc<dyn Device>, CliError> {
+    use nvmf_common::verbs::rdma::RdmaDevice;
+    match RdmaDevice::for_remote_addr(addr, timeout) {
+        Ok(d) => Ok(d),
+        Err(e) => Err(CliError::Failed(Error::Transport(
+            nvmf_initiator::transport::TransportError::Other(format!("-t rdma to {addr}: {e}")),
+        ))),
+    }
+}
+
+#[cfg(not(feature = "rdma"))]
+fn rdma_device(_addr: &str, _timeout: Duration) -> Result<Arc<dyn Device>, CliError> {
+    Err(CliError::Usage(
+        "-t rdma: real RDMA verbs are not built into this binary (cargo feature `rdma`)".into(),
+    ))
 }
 
 /// A fabric and what keeps it alive.
@@ -361,17 +376,12 @@ fn open(conn: &ConnArgs) -> Result<Session, CliError> {
             _loopback: None,
         }),
         TransportKind::Rdma => {
-            let Some(device) = rdma_device() else {
-                return Err(CliError::Usage(
-                    "-t rdma: real RDMA verbs are not built into this binary yet (use -t loopback)"
-                        .into(),
-                ));
-            };
             let traddr = conn
                 .traddr
                 .as_deref()
                 .ok_or_else(|| CliError::Usage("-t rdma needs -a/--traddr".into()))?;
             let addr = format!("{traddr}:{}", conn.trsvcid);
+            let device = rdma_device(&addr, timeout)?;
             let fabric = RdmaFabric::new(device, addr).map_err(Error::Transport)?;
             Ok(Session {
                 fabric: Arc::new(fabric),
@@ -871,6 +881,7 @@ pub fn main() -> ExitCode {
         Command::Read(a) => read(a),
         Command::Write(a) => write(a),
         Command::Perf(a) => perf_cmd(a),
+        Command::Map(a) => map_cmd::map_cmd(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -1071,8 +1082,20 @@ mod tests {
             namespace: Vec::new(),
         };
         assert!(
-            matches!(open(&conn(TransportKind::Rdma)), Err(CliError::Usage(m)) if m.contains("not built"))
+            matches!(open(&conn(TransportKind::Rdma)), Err(CliError::Usage(m)) if m.contains("-a/--traddr"))
         );
+        // 192.0.2.1 (TEST-NET-1) is unreachable over RDMA from anywhere: without an
+        // RDMA stack the device lookup fails at once, with one within the timeout.
+        let mut c = conn(TransportKind::Rdma);
+        c.traddr = Some("192.0.2.1".into());
+        c.timeout = 1;
+        match open(&c) {
+            Err(CliError::Failed(e)) => {
+                assert!(e.to_string().contains("-t rdma to 192.0.2.1:4420"), "{e}")
+            }
+            Err(CliError::Usage(m)) => panic!("usage error instead of a device error: {m}"),
+            Ok(_) => panic!("no RDMA device reaches 192.0.2.1"),
+        }
         assert!(
             matches!(open(&conn(TransportKind::Tcp)), Err(CliError::Usage(m)) if m.contains("-a/--traddr"))
         );

@@ -10,7 +10,9 @@
 //! - [`namespace`]: reads, writes and friends on one namespace over one queue.
 //! - [`discovery`]: the discovery log page.
 //! - [`hostnqn`]: the host's NQN and host identifier.
+//! - [`reconnect`]: reconnect with back-off after a lost connection (ctrl-loss-tmo).
 //! - [`perf`]: the fio-like load generator.
+//! - [`map`]: a remote namespace exported locally (an NBD server).
 //! - [`loopback`]: the in-process target used by `-t loopback`.
 
 pub mod command;
@@ -19,9 +21,11 @@ pub mod discovery;
 pub mod error;
 pub mod hostnqn;
 pub mod loopback;
+pub mod map;
 pub mod namespace;
 pub mod perf;
 pub mod queue;
+pub mod reconnect;
 pub mod transport;
 
 #[cfg(test)]

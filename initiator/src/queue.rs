@@ -237,7 +237,7 @@ impl Queue {
         };
         if let Err(e) = self.t.submit(cid, &sqe, data, dir) {
             self.free.push(cid);
-            return Err(Error::Transport(e));
+            return Err(self.transport_error(e));
         }
         if let Some(slot) = self.slots.get_mut(usize::from(cid)) {
             *slot = Slot {
@@ -253,7 +253,16 @@ impl Queue {
 
     /// Sends everything submitted since the last flush.
     pub fn flush(&mut self) -> Result<(), Error> {
-        self.t.flush().map_err(Error::Transport)
+        self.t.flush().map_err(|e| self.transport_error(e))
+    }
+
+    /// A transport error; a dead connection leaves the queue broken (a reconnect is
+    /// the only way on), a full queue or a bad argument does not.
+    fn transport_error(&mut self, e: crate::transport::TransportError) -> Error {
+        if matches!(e, crate::transport::TransportError::Dead(_)) {
+            self.broken = true;
+        }
+        Error::Transport(e)
     }
 
     /// Appends completions to `out` and returns how many were appended: first those
@@ -270,7 +279,9 @@ impl Queue {
     /// Receives CQEs from the transport and matches them to outstanding commands.
     fn reap(&mut self, out: &mut Vec<Completion>) -> Result<(), Error> {
         self.raw.clear();
-        self.t.poll(&mut self.raw).map_err(Error::Transport)?;
+        if let Err(e) = self.t.poll(&mut self.raw) {
+            return Err(self.transport_error(e));
+        }
         let mut bad: Option<String> = None;
         for raw in &self.raw {
             let c = Cqe::new_unchecked(&raw[..]);

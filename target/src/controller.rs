@@ -85,6 +85,8 @@ pub struct Controller {
     ready: AtomicBool,
     dead: AtomicBool,
     events_ready: AtomicBool,
+    /// Volatile Write Cache Enable (WCE), mirrored out of the features for the I/O path.
+    write_cache_enabled: AtomicBool,
     inner: Mutex<Inner>,
 }
 
@@ -110,6 +112,7 @@ impl Controller {
             ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             events_ready: AtomicBool::new(false),
+            write_cache_enabled: AtomicBool::new(true),
             inner: Mutex::new(Inner {
                 cc: Cc(0),
                 csts: Csts(0),
@@ -231,11 +234,16 @@ impl Controller {
             self.ready.store(false, Ordering::Release);
         }
         if new.shn() != shn::NONE && old.shn() == shn::NONE {
-            // Shutdown: backends complete writes synchronously from our point of view once
-            // their completion was seen; mark shutdown complete and stop accepting I/O.
-            g.csts = g.csts.with_shst(shst::COMPLETE).with_rdy(false);
+            // Shutdown: no new I/O (not ready); every write the host saw complete reached
+            // its backend, and the volatile caches are flushed (fdatasync) before
+            // CSTS.SHST reports shutdown complete.
             self.ready.store(false, Ordering::Release);
-            info!(cntlid = %self.cntlid, "controller shutdown (CC.SHN={})", new.shn());
+            g.csts = g.csts.with_shst(shst::OCCURRING).with_rdy(false);
+            drop(g);
+            let synced = self.subsys.sync_namespaces();
+            g = self.inner.lock();
+            g.csts = g.csts.with_shst(shst::COMPLETE);
+            info!(cntlid = %self.cntlid, synced, "controller shutdown (CC.SHN={}) complete", new.shn());
         } else if new.shn() == shn::NONE && old.shn() != shn::NONE {
             g.csts = g.csts.with_shst(shst::NORMAL);
         }
@@ -300,6 +308,23 @@ impl Controller {
 
     pub fn set_volatile_write_cache(&self, v: bool) {
         self.inner.lock().features.volatile_write_cache = v;
+        self.write_cache_enabled.store(v, Ordering::Release);
+    }
+
+    /// Whether any namespace of the subsystem sits on a volatile write cache (Identify
+    /// Controller VWC bit 0; the Volatile Write Cache feature exists only then).
+    pub fn volatile_write_cache_present(&self) -> bool {
+        self.subsys
+            .namespaces()
+            .iter()
+            .any(|ns| ns.backend.info().volatile_write_cache)
+    }
+
+    /// Whether writes may complete before they are durable: the cache is present and
+    /// the host left it enabled (WCE). Otherwise every write is written through (FUA).
+    #[inline]
+    pub fn write_cache_enabled(&self) -> bool {
+        self.write_cache_enabled.load(Ordering::Acquire)
     }
 
     // ---- asynchronous events ----------------------------------------------------------

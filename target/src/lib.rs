@@ -4,6 +4,7 @@ pub mod backend;
 pub mod controller;
 pub mod core;
 pub mod fastmap;
+pub mod live;
 pub mod params;
 pub mod rdma;
 pub mod subsystem;

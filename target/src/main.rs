@@ -4,20 +4,24 @@
 //!     nvmf-target --transport rdma --listen 10.0.0.1:4420 --namespace /dev/nvme0n1
 //!     nvmf-target check-config FILE
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use nvmf_common::config::{Config, TrType};
+use nvmf_common::config::{Config, PollMode, TrType};
 use nvmf_common::types::Nqn;
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
-use nvmf_target::rdma::{listen_addr, RdmaServer};
+use nvmf_target::live::ctl::{self, CtlServer};
+use nvmf_target::live::hooks::TcpPorts;
+use nvmf_target::live::Live;
+use nvmf_target::params::PortInfo;
+use nvmf_target::rdma::{listen_addr, DevicePorts, RdmaServer};
 use nvmf_target::target::Target;
-use nvmf_target::tcp::TcpServer;
+use nvmf_target::tcp::TcpOptions;
 
 #[derive(Parser, Debug)]
 #[command(name = "nvmf-target", version, about = "NVMe-over-Fabrics target")]
@@ -45,12 +49,23 @@ struct Cli {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+    /// Admin socket for `nvmf-target ctl` (live changes, status).
+    #[arg(long, default_value = ctl::DEFAULT_SOCKET)]
+    ctl_socket: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Validate a configuration file without starting.
     CheckConfig { file: PathBuf },
+    /// Change or inspect a running target through its admin socket.
+    Ctl {
+        /// The running target's admin socket.
+        #[arg(long, default_value = ctl::DEFAULT_SOCKET)]
+        socket: PathBuf,
+        #[command(subcommand)]
+        op: ctl::CtlCommand,
+    },
 }
 
 fn init_logs(format: &str) {
@@ -108,6 +123,13 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(&cli.log_format);
+    if let Some(Cmd::Ctl { socket, op }) = &cli.cmd {
+        return if ctl::run_client(socket, op) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     if let Some(Cmd::CheckConfig { file }) = &cli.cmd {
         return match Config::load(file) {
             Ok(_) => {
@@ -140,7 +162,7 @@ fn main() -> ExitCode {
         };
     }
     block_stop_signals();
-    match run(&cfg) {
+    match run(&cfg, cli.config.clone(), &cli.ctl_socket) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");
@@ -150,24 +172,30 @@ fn main() -> ExitCode {
     }
 }
 
-/// The verbs device for ports of `trtype`.
-fn device_for(trtype: TrType) -> Result<Arc<dyn Device>, String> {
+/// The verbs devices serving `ports` (all of `trtype`), each with its ports.
+fn devices_for(
+    trtype: TrType,
+    ports: Vec<Arc<PortInfo>>,
+    mode: PollMode,
+) -> Result<DevicePorts, String> {
     match trtype {
-        TrType::Loopback => Ok(SoftDevice::global()),
-        TrType::Rdma => Err(
-            "RDMA on real verbs (rdma-sys) is not built into this version yet; \
-                             use trtype loopback (see issue: NVMe/RDMA on real verbs)"
-                .into(),
-        ),
+        TrType::Loopback => Ok(vec![(SoftDevice::global() as Arc<dyn Device>, ports)]),
+        #[cfg(feature = "rdma")]
+        TrType::Rdma => nvmf_target::rdma::devices::open_for_ports(&ports, mode),
+        #[cfg(not(feature = "rdma"))]
+        TrType::Rdma => {
+            let _ = mode;
+            Err("RDMA on real verbs is not built into this binary (cargo feature `rdma`)".into())
+        }
         TrType::Tcp => Err("NVMe/TCP ports are served by the TCP transport, not by verbs".into()),
     }
 }
 
-fn run(cfg: &Config) -> Result<(), String> {
+fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<(), String> {
     let target = Target::from_config(cfg).map_err(|e| e.to_string())?;
     let ports = target.ports();
     let mut servers = Vec::new();
-    let mut tcp_servers = Vec::new();
+    let mut tcp_ports = None;
     for trtype in [TrType::Loopback, TrType::Rdma, TrType::Tcp] {
         let these: Vec<_> = ports
             .iter()
@@ -178,13 +206,17 @@ fn run(cfg: &Config) -> Result<(), String> {
             continue;
         }
         if trtype == TrType::Tcp {
-            let s =
-                TcpServer::start(target.clone(), &these).map_err(|e| format!("NVMe/TCP: {e}"))?;
-            tcp_servers.push(s);
+            let opts = TcpOptions::from(&cfg.tcp);
+            let s = TcpPorts::start(target.clone(), &these, opts)
+                .map_err(|e| format!("NVMe/TCP: {e}"))?;
+            tcp_ports = Some(Arc::new(s));
             continue;
         }
-        let dev = device_for(trtype)?;
-        servers.push(RdmaServer::start(target.clone(), dev, &these).map_err(|e| e.to_string())?);
+        for (dev, ports) in devices_for(trtype, these, target.params.poll_mode)? {
+            let s = RdmaServer::start(target.clone(), dev, &ports)
+                .map_err(|e| format!("NVMe/RDMA: {e}"))?;
+            servers.push(s);
+        }
     }
     for s in target.subsystems() {
         let nsids = s.active_nsids();
@@ -203,19 +235,39 @@ fn run(cfg: &Config) -> Result<(), String> {
             listen_addr(p)
         );
     }
-    for s in &tcp_servers {
-        for a in s.local_addrs() {
-            println!("NVMe/TCP listening on {a}");
+    let tcp_ports = match tcp_ports {
+        Some(t) => t,
+        None => Arc::new(
+            TcpPorts::start(target.clone(), &[], TcpOptions::from(&cfg.tcp))
+                .map_err(|e| format!("NVMe/TCP: {e}"))?,
+        ),
+    };
+    for a in tcp_ports.local_addrs() {
+        println!("NVMe/TCP listening on {a}");
+    }
+    let live = Live::new(target.clone(), cfg.clone(), tcp_ports.clone(), config_path);
+    let ctl_server = match CtlServer::start(live.clone(), ctl_socket) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!("admin socket unavailable (ctl and live changes by socket disabled): {e}");
+            None
+        }
+    };
+    while wait_for_signal() == Wake::Reload {
+        match live.reload() {
+            Ok(changes) if changes.is_empty() => info!("configuration re-read: no change"),
+            Ok(changes) => info!(changes = changes.len(), "configuration re-read and applied"),
+            Err(e) => error!("configuration re-read refused, the running one stays: {e}"),
         }
     }
-    wait_for_signal();
-    info!("shutting down");
+    info!("shutting down: no new connections; finishing commands in flight");
+    drop(ctl_server);
     for s in servers {
         s.shutdown();
     }
-    for s in tcp_servers {
-        s.shutdown();
-    }
+    tcp_ports.shutdown();
+    let synced = target.sync_backends();
+    info!(namespaces = synced, "backends synced; shutdown complete");
     Ok(())
 }
 
@@ -224,10 +276,20 @@ fn stop_signals() -> nix::sys::signal::SigSet {
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
     set
 }
 
-/// Blocks SIGINT and SIGTERM in this thread (and the threads it spawns afterwards),
+/// Why [`wait_for_signal`] returned.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake {
+    /// SIGHUP: re-read the configuration.
+    Reload,
+    /// SIGINT, SIGTERM (or a failed wait): shut down.
+    Stop,
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and the threads it spawns afterwards),
 /// so that [`wait_for_signal`] receives them synchronously.
 fn block_stop_signals() {
     if let Err(e) = stop_signals().thread_block() {
@@ -235,10 +297,20 @@ fn block_stop_signals() {
     }
 }
 
-/// Blocks until SIGINT or SIGTERM.
-fn wait_for_signal() {
+/// Blocks until SIGINT, SIGTERM or SIGHUP.
+fn wait_for_signal() -> Wake {
     match stop_signals().wait() {
-        Ok(sig) => info!("received {sig:?}"),
-        Err(e) => error!("sigwait failed: {e}"),
+        Ok(nix::sys::signal::Signal::SIGHUP) => {
+            info!("received SIGHUP: re-reading the configuration");
+            Wake::Reload
+        }
+        Ok(sig) => {
+            info!("received {sig:?}");
+            Wake::Stop
+        }
+        Err(e) => {
+            error!("sigwait failed: {e}");
+            Wake::Stop
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Limits and identity the target advertises, fixed at startup.
 
-use nvmf_common::config::{PollMode, TrType, TransportConfig};
+use std::net::SocketAddr;
+
+use nvmf_common::config::{AdrFam, PollMode, TrType, TransportConfig};
 
 /// Transport-independent limits (from the config's `transport:` section).
 #[derive(Debug, Clone)]
@@ -63,4 +65,41 @@ pub struct PortInfo {
     pub msdbd: u8,
     /// NQNs of the subsystems exported on this port.
     pub subsystems: Vec<String>,
+    /// Other discovery controllers this port's discovery log refers hosts to.
+    pub referrals: Vec<ReferralInfo>,
+}
+
+impl PortInfo {
+    /// Whether `traddr` is the wildcard address (0.0.0.0 or ::): the port listens on
+    /// every local address and discovery must report the one a host actually used.
+    pub fn is_wildcard(&self) -> bool {
+        self.traddr
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified())
+    }
+
+    /// The port as seen by one connection that arrived at `local`: a wildcard address
+    /// and a service id of 0 (OS-chosen) are replaced by the real ones, so the discovery
+    /// log names an address the host can connect to (nvmet's `disc_traddr`).
+    pub fn as_seen_at(&self, local: SocketAddr) -> PortInfo {
+        let mut p = self.clone();
+        if self.is_wildcard() {
+            p.traddr = local.ip().to_string();
+        }
+        if self.trsvcid.parse::<u16>() == Ok(0) {
+            p.trsvcid = local.port().to_string();
+        }
+        p
+    }
+}
+
+/// A discovery referral as the discovery log reports it (subtype: discovery).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReferralInfo {
+    pub trtype: TrType,
+    pub adrfam: AdrFam,
+    pub traddr: String,
+    pub trsvcid: String,
+    pub portid: u16,
 }

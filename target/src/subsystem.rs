@@ -41,6 +41,18 @@ pub struct Namespace {
 }
 
 static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
+/// Moves whenever a namespace instance stops being served (removed or replaced), so
+/// that poll groups drop the backend channels they cached for it.
+static NS_RETIRED_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The current namespace retirement epoch (see [`Subsystem::remove_namespace`]).
+pub fn ns_retired_epoch() -> u64 {
+    NS_RETIRED_EPOCH.load(Ordering::Acquire)
+}
+
+fn retire_namespace() {
+    NS_RETIRED_EPOCH.fetch_add(1, Ordering::AcqRel);
+}
 
 impl Namespace {
     /// Binds `backend` to `nsid`. The block size must be a power of two ≥ 512.
@@ -184,9 +196,58 @@ impl Subsystem {
     pub fn remove_namespace(&self, nsid: Nsid) -> Option<Arc<Namespace>> {
         let ns = self.namespaces.write().remove(&nsid.0);
         if ns.is_some() {
+            retire_namespace();
             self.notify_ns_changed(nsid);
         }
         ns
+    }
+
+    /// Swaps the namespace with `ns.nsid` for `ns` in one step (a resize: the backend
+    /// was reopened at its new size). Commands already running finish on the old one.
+    /// Connected controllers get one Namespace Attribute Changed event.
+    pub fn replace_namespace(&self, ns: Namespace) -> Result<Arc<Namespace>, String> {
+        let nsid = ns.nsid;
+        let old = {
+            let mut map = self.namespaces.write();
+            let Some(slot) = map.get_mut(&nsid.0) else {
+                return Err(format!("nsid {} does not exist in {}", nsid, self.nqn));
+            };
+            std::mem::replace(slot, Arc::new(ns))
+        };
+        retire_namespace();
+        self.notify_ns_changed(nsid);
+        Ok(old)
+    }
+
+    /// Replaces the host policy: allow-any-host and the allowed host NQNs.
+    /// Controllers already connected stay connected (as with nvmet).
+    pub fn set_host_policy(&self, allow_any_host: bool, hosts: &[Nqn]) {
+        *self.allow_any_host.write() = allow_any_host;
+        *self.hosts.write() = hosts.iter().cloned().collect();
+    }
+
+    /// Syncs every namespace's backend (shutdown: SIGTERM or CC.SHN). Returns how many
+    /// synced without error; failures are logged.
+    pub fn sync_namespaces(&self) -> usize {
+        let mut ok = 0;
+        for ns in self.namespaces() {
+            match ns.backend.sync() {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    tracing::error!(subnqn = %self.nqn, nsid = %ns.nsid, "backend sync failed: {e}")
+                }
+            }
+        }
+        ok
+    }
+
+    /// Instances of the namespaces served now (backend channel cache keys).
+    pub fn namespace_instances(&self) -> Vec<u64> {
+        self.namespaces
+            .read()
+            .values()
+            .map(|n| n.instance)
+            .collect()
     }
 
     fn notify_ns_changed(&self, nsid: Nsid) {

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use nvmf_common::config::{Config, PortConfig, TrType};
+use nvmf_common::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
 use nvmf_common::types::Nqn;
 
 use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
-use crate::params::{PortInfo, TargetParams};
+use crate::params::{PortInfo, ReferralInfo, TargetParams};
 use crate::subsystem::{ControllerModel, Namespace, Subsystem, SubsystemKind, SubsystemParams};
 
 /// Model number reported for subsystems that do not set one.
@@ -95,43 +95,7 @@ impl Target {
     pub fn from_config(cfg: &Config) -> Result<Arc<Self>, StartError> {
         let target = Target::new(TargetParams::from_config(&cfg.transport));
         for s in &cfg.subsystems {
-            let sub = Subsystem::new(SubsystemParams {
-                serial: s.serial(),
-                model: s.model().to_string(),
-                nqn: s.nqn.clone(),
-                kind: SubsystemKind::Nvm,
-                allow_any_host: s.allow_any_host,
-                allowed_hosts: s.allowed_hosts.clone(),
-                cntlid_min: s.cntlid_min.0,
-                cntlid_max: s.cntlid_max.0,
-                controller_model: s.controller_model,
-            });
-            for n in s.namespaces.iter().filter(|n| n.enable) {
-                let spec: NamespaceSpec = n
-                    .device_path
-                    .parse()
-                    .map_err(|e: String| StartError::Invalid(format!("{}: {e}", n.device_path)))?;
-                let backend = open_backend(
-                    &spec,
-                    &OpenOptions {
-                        buffered_io: n.buffered_io,
-                        block_size: n.block_size,
-                        min_size: 0,
-                    },
-                )
-                .map_err(|source| StartError::Backend {
-                    nqn: s.nqn.to_string(),
-                    nsid: n.nsid.0,
-                    source,
-                })?;
-                let uuid = *n.uuid(&s.nqn).as_bytes();
-                let nguid = n
-                    .nguid_bytes()
-                    .unwrap_or_else(|| stable_id(s.nqn.as_str(), n.nsid.0, 1));
-                sub.add_namespace(Namespace::new(n.nsid, backend, uuid, nguid))
-                    .map_err(StartError::Invalid)?;
-            }
-            target.add_subsystem(sub);
+            target.add_subsystem(build_subsystem(s)?);
         }
         for p in &cfg.ports {
             target.add_port(port_info(p));
@@ -139,30 +103,79 @@ impl Target {
         Ok(target)
     }
 
+    /// Adds (or replaces) a subsystem. Discovery hosts on the ports that export it
+    /// are told.
     pub fn add_subsystem(&self, s: Arc<Subsystem>) {
-        self.subsystems
-            .write()
-            .insert(s.nqn.as_str().to_string(), s);
-        self.bump_genctr();
+        let nqn = s.nqn.as_str().to_string();
+        self.subsystems.write().insert(nqn.clone(), s);
+        self.discovery_changed(DiscoveryScope::Exporting(&nqn));
     }
 
+    /// Removes a subsystem; its controllers are ended (their queues tear down).
     pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         let s = self.subsystems.write().remove(nqn);
-        if s.is_some() {
-            self.bump_genctr();
+        if let Some(sub) = &s {
+            for c in sub.controllers() {
+                c.fatal("subsystem removed");
+            }
+            self.discovery_changed(DiscoveryScope::Exporting(nqn));
         }
         s
     }
 
+    /// Adds a port, or replaces the one with the same port id (its subsystem links and
+    /// referrals changed).
     pub fn add_port(&self, p: PortInfo) -> Arc<PortInfo> {
         let p = Arc::new(p);
-        self.ports.write().push(p.clone());
-        self.bump_genctr();
+        {
+            let mut ports = self.ports.write();
+            match ports.iter_mut().find(|q| q.portid == p.portid) {
+                Some(slot) => *slot = p.clone(),
+                None => ports.push(p.clone()),
+            }
+        }
+        self.discovery_changed(DiscoveryScope::Port(p.portid));
         p
+    }
+
+    /// Removes a port; controllers that connected through it are ended.
+    pub fn remove_port(&self, portid: u16) -> Option<Arc<PortInfo>> {
+        let removed = {
+            let mut ports = self.ports.write();
+            let i = ports.iter().position(|q| q.portid == portid)?;
+            ports.remove(i)
+        };
+        for s in self.subsystems().iter().chain([&self.discovery]) {
+            for c in s.controllers() {
+                if c.port.portid == portid {
+                    c.fatal("port removed");
+                }
+            }
+        }
+        self.discovery_changed(DiscoveryScope::Port(portid));
+        Some(removed)
     }
 
     pub fn ports(&self) -> Vec<Arc<PortInfo>> {
         self.ports.read().clone()
+    }
+
+    /// The current description of port `portid`.
+    pub fn port(&self, portid: u16) -> Option<Arc<PortInfo>> {
+        self.ports
+            .read()
+            .iter()
+            .find(|p| p.portid == portid)
+            .cloned()
+    }
+
+    /// Whether port `portid` currently exports subsystem `nqn` (configfs
+    /// `ports/N/subsystems` link). The discovery subsystem is reachable on every port.
+    pub fn port_exports(&self, portid: u16, nqn: &Nqn) -> bool {
+        nqn.is_discovery()
+            || self
+                .port(portid)
+                .is_some_and(|p| p.subsystems.iter().any(|s| s == nqn.as_str()))
     }
 
     pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
@@ -185,13 +198,111 @@ impl Target {
         self.genctr.load(Ordering::Acquire)
     }
 
-    /// Records a change of anything the discovery log lists and tells discovery hosts.
-    pub fn bump_genctr(&self) {
+    /// Records a change of anything a discovery log lists: the generation counter
+    /// moves, and discovery controllers connected through an affected port get a
+    /// Discovery Log Page Change notice (if they enabled it), as nvmet's
+    /// `nvmet_port_disc_changed` does.
+    pub fn discovery_changed(&self, scope: DiscoveryScope<'_>) {
         self.genctr.fetch_add(1, Ordering::AcqRel);
+        let affected: Option<Vec<u16>> = match scope {
+            DiscoveryScope::All => None,
+            DiscoveryScope::Port(id) => Some(vec![id]),
+            DiscoveryScope::Exporting(nqn) => Some(
+                self.ports
+                    .read()
+                    .iter()
+                    .filter(|p| p.subsystems.iter().any(|s| s == nqn))
+                    .map(|p| p.portid)
+                    .collect(),
+            ),
+        };
         for c in self.discovery.controllers() {
-            c.discovery_changed();
+            if affected
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&c.port.portid))
+            {
+                c.discovery_changed();
+            }
         }
     }
+
+    /// Makes every namespace's completed writes durable (shutdown). Returns how many
+    /// namespaces were synced; failures are logged with the namespace they concern.
+    pub fn sync_backends(&self) -> usize {
+        let mut n = 0;
+        for s in self.subsystems() {
+            n += s.sync_namespaces();
+        }
+        n
+    }
+
+    /// [`Target::discovery_changed`] for every port.
+    pub fn bump_genctr(&self) {
+        self.discovery_changed(DiscoveryScope::All);
+    }
+}
+
+/// Which discovery logs a change affects.
+#[derive(Debug, Clone, Copy)]
+pub enum DiscoveryScope<'a> {
+    /// Every port's.
+    All,
+    /// One port's (a port added, removed, its links or referrals changed).
+    Port(u16),
+    /// Those of the ports exporting this subsystem (a subsystem or its hosts changed).
+    Exporting(&'a str),
+}
+
+/// A subsystem as `s` describes it, with every enabled namespace's backend open.
+pub fn build_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, StartError> {
+    let sub = Subsystem::new(subsystem_params(s));
+    for n in s.namespaces.iter().filter(|n| n.enable) {
+        sub.add_namespace(build_namespace(&s.nqn, n)?)
+            .map_err(StartError::Invalid)?;
+    }
+    Ok(sub)
+}
+
+/// The identity and host policy of subsystem `s`.
+pub fn subsystem_params(s: &SubsystemConfig) -> SubsystemParams {
+    SubsystemParams {
+        serial: s.serial(),
+        model: s.model().to_string(),
+        nqn: s.nqn.clone(),
+        kind: SubsystemKind::Nvm,
+        allow_any_host: s.allow_any_host,
+        allowed_hosts: s.allowed_hosts.clone(),
+        cntlid_min: s.cntlid_min.0,
+        cntlid_max: s.cntlid_max.0,
+        controller_model: s.controller_model,
+    }
+}
+
+/// Opens the backend of namespace `n` of subsystem `subnqn` and binds it to its NSID
+/// (with its configured or derived UUID and NGUID).
+pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, StartError> {
+    let spec: NamespaceSpec = n
+        .device_path
+        .parse()
+        .map_err(|e: String| StartError::Invalid(format!("{}: {e}", n.device_path)))?;
+    let backend = open_backend(
+        &spec,
+        &OpenOptions {
+            buffered_io: n.buffered_io,
+            block_size: n.block_size,
+            min_size: 0,
+        },
+    )
+    .map_err(|source| StartError::Backend {
+        nqn: subnqn.to_string(),
+        nsid: n.nsid.0,
+        source,
+    })?;
+    let uuid = *n.uuid(subnqn).as_bytes();
+    let nguid = n
+        .nguid_bytes()
+        .unwrap_or_else(|| stable_id(subnqn.as_str(), n.nsid.0, 1));
+    Ok(Namespace::new(n.nsid, backend, uuid, nguid))
 }
 
 /// The port description used by discovery and Identify Controller.
@@ -207,6 +318,17 @@ pub fn port_info(p: &PortConfig) -> PortInfo {
             .subsystems
             .iter()
             .map(|n| n.as_str().to_string())
+            .collect(),
+        referrals: p
+            .referrals
+            .iter()
+            .map(|r| ReferralInfo {
+                trtype: r.trtype,
+                adrfam: r.adrfam(),
+                traddr: r.traddr.clone(),
+                trsvcid: r.trsvcid.clone(),
+                portid: r.portid,
+            })
             .collect(),
     }
 }

@@ -101,3 +101,24 @@ fn prints_effective_config() {
         "{y}"
     );
 }
+
+#[test]
+fn rdma_port_without_an_rdma_device_is_refused_with_the_reason() {
+    // 192.0.2.1 (TEST-NET-1) is no local address anywhere: without an RDMA stack the
+    // rdma_cm device is missing, with one the address belongs to no RDMA device.
+    let out = target()
+        .args([
+            "--transport",
+            "rdma",
+            "--listen",
+            "192.0.2.1:4420",
+            "--namespace",
+            "null:1M",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("RDMA port 1 (192.0.2.1:4420)"), "{err}");
+    assert!(err.contains("no RDMA device"), "{err}");
+}

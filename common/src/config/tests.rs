@@ -89,7 +89,7 @@ fn example_configs_say_what_they_should() {
     assert_eq!(rdma.ports[0].trtype, TrType::Rdma);
     assert_eq!(
         rdma.ports[0].socket_addr(),
-        Some("127.0.0.1:4420".parse().unwrap())
+        Some("10.0.2.15:4420".parse().unwrap())
     );
 
     let tcp = load("tcp.yaml");

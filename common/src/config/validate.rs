@@ -204,7 +204,7 @@ fn check_tcp(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
     let errors_before = c.errors.len();
     let h2c = t.key("maxh2cdata");
     check_range(c, &h2c, tc.maxh2cdata, TCP_MIN_PDU_DATA, TCP_MAX_PDU_DATA);
-    if tc.maxh2cdata % 4 != 0 {
+    if !tc.maxh2cdata.is_multiple_of(4) {
         c.err(&h2c, format!("{} is not a multiple of 4", tc.maxh2cdata));
     }
     check_range(

@@ -2,7 +2,8 @@
 //!
 //! The NVMe/RDMA transport (`nvmf_target::rdma`, `nvmf_initiator::transport::rdma`) is written once against these
 //! traits. Providers implement them: [`soft`] in process (the loopback transport, CI),
-//! and later one on `rdma-sys` (libibverbs/librdmacm) for real NICs and soft-RoCE.
+//! and [`rdma`] on `rdma-sys` (libibverbs/librdmacm) for real NICs and soft-RoCE
+//! (cargo feature `rdma`, on by default).
 //!
 //! Semantics follow ibverbs for a reliable-connected (RC) queue pair:
 //! - Memory is registered once with a protection domain; a region has an `lkey` (local
@@ -20,6 +21,8 @@
 //! its CQs alive. Dropping a QP disconnects it.
 
 pub mod buffer;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod soft;
 
 use std::sync::Arc;
@@ -97,6 +100,9 @@ pub enum WcStatus {
     RetryExceeded,
     /// Flushed because the QP entered the error state.
     WrFlushError,
+    /// Any other `ibv_wc_status` a real device reports (local QP operation error, bad
+    /// response, fatal error, ...), with its raw value. The soft provider never makes one.
+    Other(u32),
 }
 
 /// What a completion completes.
@@ -156,6 +162,9 @@ pub enum VerbsError {
     Timeout,
     #[error("provider error: {0}")]
     Provider(String),
+    /// No RDMA device is usable for the request (none present, or none on that address).
+    #[error("no RDMA device: {0}")]
+    NoDevice(String),
 }
 
 /// A registered memory region.

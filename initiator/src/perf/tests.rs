@@ -168,3 +168,25 @@ fn svg_plot_written() {
     assert!(s.starts_with("<svg") && s.contains("IOPS over time"));
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn ramp_is_not_measured_and_each_job_has_its_own_queue() {
+    let (t, c, mut qs) = setup(FakeTargetConfig::default(), 2);
+    let mut o = opts(Rw::RandRead);
+    o.numjobs = 2;
+    o.ramp_time = Duration::from_millis(100);
+    let before = t.ios();
+    let r = run(&c, &mut qs, &o).unwrap();
+    let sent = t.ios() - before;
+    assert!(!r.failed(), "{}", r.format_normal());
+    assert!(
+        r.total_ios() > 0 && r.total_ios() < sent,
+        "I/O of the ramp is excluded: measured {} of {sent}",
+        r.total_ios()
+    );
+    assert!(r.elapsed <= o.runtime.unwrap() + Duration::from_millis(50));
+    let mut qids: Vec<u16> = r.jobs.iter().map(|j| j.qid).collect();
+    qids.sort_unstable();
+    qids.dedup();
+    assert_eq!(qids.len(), 2, "two jobs on two I/O queues");
+}

@@ -145,6 +145,9 @@ pub struct RdmaHostQueue {
     /// later signaled one completes, so this stays below the spare send-queue room.
     signal_every: u32,
     dead: Option<String>,
+    /// The connection ended under us (the target disconnected or vanished): seen while
+    /// waiting, acted on once the responses already received are drained.
+    peer_gone: bool,
     sges: Vec<Sge>,
 }
 
@@ -215,6 +218,7 @@ impl RdmaHostQueue {
             sends: 0,
             signal_every: SIGNAL_INTERVAL.min(u32::from(depth)).max(1),
             dead: None,
+            peer_gone: false,
             sges: Vec::with_capacity(usize::from(depth) * 2),
         })
     }
@@ -368,12 +372,21 @@ impl HostQueue for RdmaHostQueue {
             self.reposts.push(slot);
             got += 1;
         }
+        if got == 0 && self.peer_gone {
+            return Err(self.die("the target closed the connection".into()));
+        }
         self.repost()?;
         Ok(got)
     }
 
     fn wait(&mut self, timeout: Duration) {
         self.cq.wait(timeout);
+        // Only here, off the spinning path: on real verbs this reads the connection's
+        // rdma_cm events, so a target that disconnects or dies fails outstanding
+        // commands at once instead of at their timeouts.
+        if self.dead.is_none() && self.qp.is_dead() {
+            self.peer_gone = true;
+        }
     }
 
     fn close(&mut self) {

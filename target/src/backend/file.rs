@@ -384,6 +384,15 @@ impl Backend for FileBackend {
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError> {
         Ok(Box::new(self.open_file_channel()?))
     }
+
+    fn sync(&self) -> Result<(), BackendError> {
+        // One descriptor suffices: fdatasync covers the file, whichever descriptor
+        // (buffered or O_DIRECT) wrote it.
+        self.shared
+            .buffered
+            .sync_data()
+            .map_err(|e| BackendError::Io(e.raw_os_error().unwrap_or(libc::EIO)))
+    }
 }
 
 /// Counters of one channel.

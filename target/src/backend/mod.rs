@@ -9,6 +9,7 @@
 //! from them directly (io_uring, O_DIRECT when aligned), and keeps the `Arc` until the
 //! I/O completes, so a buffer can never be freed under an in-flight I/O.
 
+pub mod fault;
 pub mod file;
 mod inline;
 pub mod null;
@@ -142,6 +143,12 @@ pub trait Backend: Send + Sync {
     fn info(&self) -> &BackendInfo;
     /// Opens a per-thread submission channel.
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError>;
+    /// Makes every completed write durable (`fdatasync` for files and block devices),
+    /// blocking: for shutdown (SIGTERM, CC.SHN), never on the data path. Backends
+    /// without a volatile cache have nothing to do.
+    fn sync(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// A per-thread, non-blocking I/O channel.

@@ -32,6 +32,8 @@ const CMD_EFFECTS_LOG_LEN: usize = 4096;
 const ABORT_NOT_ABORTED: u32 = 1;
 /// Get Features "supported capabilities" dword 0 bit 2: changeable.
 const FEAT_CAP_CHANGEABLE: u32 = 1 << 2;
+/// Volatile Write Cache feature, dword 11 bit 0: Volatile Write Cache Enable.
+const WCE: u32 = 1 << 0;
 
 fn cdw10_invalid() -> Status {
     Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0)
@@ -320,7 +322,12 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
             Ok(())
         }
         fid::VOLATILE_WRITE_CACHE if !ctrl.subsys.is_discovery() => {
-            ctrl.set_volatile_write_cache(cdw11 & 1 != 0);
+            let wce = cdw11 & WCE != 0;
+            if wce && !ctrl.volatile_write_cache_present() {
+                // No cache to enable (Identify Controller VWC bit 0 is clear).
+                return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW11, 0));
+            }
+            ctrl.set_volatile_write_cache(wce);
             Ok(())
         }
         fid::HOST_IDENTIFIER => {
@@ -388,7 +395,9 @@ pub(super) fn get_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
                 ctrl.kato_ms()
             }
         }
-        fid::VOLATILE_WRITE_CACHE => u32::from(feats.volatile_write_cache),
+        fid::VOLATILE_WRITE_CACHE => u32::from(
+            (default || feats.volatile_write_cache) && ctrl.volatile_write_cache_present(),
+        ),
         _ => {
             let id = feats.host_id;
             let n = req.plan.len as usize;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tracing::debug;
 
 use nvmf_common::config::{AdrFam, TrType};
-use nvmf_common::types::Nqn;
+use nvmf_common::types::{Nqn, DISCOVERY_NQN};
 use nvmf_common::wire::admin::{self, cns, fid, opcode};
 use nvmf_common::wire::identify::IDENTIFY_LEN;
 use nvmf_common::wire::log::{
@@ -102,8 +102,8 @@ fn wire_trtype(t: TrType) -> u8 {
     }
 }
 
-fn wire_adrfam(port: &PortInfo) -> u8 {
-    match AdrFam::for_port(port.trtype, &port.traddr) {
+fn wire_adrfam(f: AdrFam) -> u8 {
+    match f {
         AdrFam::Ipv4 => adrfam::IPV4,
         AdrFam::Ipv6 => adrfam::IPV6,
         AdrFam::Ib => adrfam::IB,
@@ -111,63 +111,99 @@ fn wire_adrfam(port: &PortInfo) -> u8 {
     }
 }
 
-fn fill_entry(out: &mut [u8], port: &PortInfo, nqn: &Nqn, sub: u8, asqsz: u16) {
+/// One discovery log entry: where to connect (`trtype`..`traddr`) and what (`nqn`).
+struct EntrySpec<'a> {
+    trtype: TrType,
+    adrfam: AdrFam,
+    portid: u16,
+    traddr: &'a str,
+    trsvcid: &'a str,
+    nqn: &'a str,
+    subtype: u8,
+}
+
+fn fill_entry(out: &mut [u8], spec: &EntrySpec<'_>, asqsz: u16) {
     let mut e = DiscoveryLogEntry::new_unchecked(out);
-    e.set_trtype(wire_trtype(port.trtype));
-    e.set_adrfam(wire_adrfam(port));
-    e.set_subtype(sub);
-    e.set_treq(match port.trtype {
+    e.set_trtype(wire_trtype(spec.trtype));
+    e.set_adrfam(wire_adrfam(spec.adrfam));
+    e.set_subtype(spec.subtype);
+    e.set_treq(match spec.trtype {
         TrType::Tcp => treq::NOT_REQUIRED,
         _ => treq::NOT_SPECIFIED,
     });
-    e.set_portid(port.portid);
+    e.set_portid(spec.portid);
     e.set_cntlid(DYNAMIC_CNTLID);
     e.set_asqsz(asqsz);
-    e.set_trsvcid(&port.trsvcid);
-    e.set_traddr(&port.traddr);
-    e.set_subnqn(nqn.as_str());
-    if port.trtype == TrType::Rdma {
+    e.set_trsvcid(spec.trsvcid);
+    e.set_traddr(spec.traddr);
+    e.set_subnqn(spec.nqn);
+    if spec.trtype == TrType::Rdma {
         e.set_rdma_qptype(rdma_qptype::CONNECTED);
         e.set_rdma_prtype(rdma_prtype::NOT_SPECIFIED);
         e.set_rdma_cms(rdma_cms::RDMA_CM);
     }
 }
 
-/// Builds the discovery log page for `host` arriving through `port`: every subsystem
-/// exported on that port and visible to the host, then the current discovery subsystem.
-pub(crate) fn discovery_log(target: &Target, port: &PortInfo, host: &Nqn) -> Vec<u8> {
-    let mut visible: Vec<Nqn> = Vec::new();
-    for name in &port.subsystems {
-        if let Some(s) = target.subsystem_by_name(name) {
-            if s.host_allowed(host) {
-                visible.push(s.nqn.clone());
-            }
-        }
+/// Builds the whole discovery log page for `host` whose discovery controller connected
+/// through `conn_port` (as that connection saw it: the real local address when the
+/// port listens on a wildcard), like nvmet's `nvmet_execute_disc_get_log_page`:
+///
+/// 1. the current discovery subsystem (subtype 3),
+/// 2. every NVM subsystem the port exports now and `host` is allowed to use,
+/// 3. the port's referrals (subtype 1).
+///
+/// The subsystem links and referrals are those of the port's current configuration
+/// (they may have changed since the connection was made); NUMREC counts every entry,
+/// whatever part of the page the host reads.
+pub(crate) fn discovery_log(target: &Target, conn_port: &PortInfo, host: &Nqn) -> Vec<u8> {
+    let current = target.port(conn_port.portid);
+    let live: &PortInfo = current.as_deref().unwrap_or(conn_port);
+    let port_adrfam = AdrFam::for_port(conn_port.trtype, &conn_port.traddr);
+    let here = |nqn: &'static str, subtype: u8| EntrySpec {
+        trtype: conn_port.trtype,
+        adrfam: port_adrfam,
+        portid: conn_port.portid,
+        traddr: &conn_port.traddr,
+        trsvcid: &conn_port.trsvcid,
+        nqn,
+        subtype,
+    };
+    let visible: Vec<Nqn> = live
+        .subsystems
+        .iter()
+        .filter_map(|name| target.subsystem_by_name(name))
+        .filter(|s| s.host_allowed(host))
+        .map(|s| s.nqn.clone())
+        .collect();
+    let mut specs: Vec<EntrySpec<'_>> =
+        Vec::with_capacity(1 + visible.len() + live.referrals.len());
+    specs.push(here(DISCOVERY_NQN, subtype::CURRENT_DISCOVERY));
+    for nqn in &visible {
+        specs.push(EntrySpec {
+            nqn: nqn.as_str(),
+            ..here(DISCOVERY_NQN, subtype::NVME)
+        });
     }
-    let numrec = visible.len() + 1;
-    let mut log = vec![0u8; DISC_LOG_HEADER_LEN + numrec * DISC_LOG_ENTRY_LEN];
+    for r in &live.referrals {
+        specs.push(EntrySpec {
+            trtype: r.trtype,
+            adrfam: r.adrfam,
+            portid: r.portid,
+            traddr: &r.traddr,
+            trsvcid: &r.trsvcid,
+            nqn: DISCOVERY_NQN,
+            subtype: subtype::REFERRAL,
+        });
+    }
+    let mut log = vec![0u8; DISC_LOG_HEADER_LEN + specs.len() * DISC_LOG_ENTRY_LEN];
     let asqsz = target.params.max_admin_queue_size;
-    {
-        let (head, entries) = log.split_at_mut(DISC_LOG_HEADER_LEN);
-        let mut h = DiscoveryLogHeader::new_unchecked(head);
-        h.set_genctr(target.genctr());
-        h.set_numrec(numrec as u64);
-        h.set_recfmt(0);
-        let mut chunks = entries.chunks_mut(DISC_LOG_ENTRY_LEN);
-        for nqn in &visible {
-            if let Some(slot) = chunks.next() {
-                fill_entry(slot, port, nqn, subtype::NVME, asqsz);
-            }
-        }
-        if let Some(slot) = chunks.next() {
-            fill_entry(
-                slot,
-                port,
-                &Nqn::discovery(),
-                subtype::CURRENT_DISCOVERY,
-                asqsz,
-            );
-        }
+    let (head, entries) = log.split_at_mut(DISC_LOG_HEADER_LEN);
+    let mut h = DiscoveryLogHeader::new_unchecked(head);
+    h.set_genctr(target.genctr());
+    h.set_numrec(specs.len() as u64);
+    h.set_recfmt(0);
+    for (slot, spec) in entries.chunks_mut(DISC_LOG_ENTRY_LEN).zip(&specs) {
+        fill_entry(slot, spec, asqsz);
     }
     log
 }

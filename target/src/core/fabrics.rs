@@ -130,6 +130,11 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         warn!(%subnqn, %hostnqn, "Connect to unknown subsystem");
         return Err(invalid_param(true, connect_data_offset::SUBSYSNQN, req));
     };
+    if !ex.target.port_exports(q.port.portid, &subnqn) {
+        // nvmet_find_get_subsys: only subsystems linked to the port are reachable.
+        warn!(%subnqn, %hostnqn, portid = q.port.portid, "Connect to a subsystem this port does not export");
+        return Err(invalid_param(true, connect_data_offset::SUBSYSNQN, req));
+    }
     if !subsys.host_allowed(&hostnqn) {
         warn!(%subnqn, %hostnqn, "Connect by a host that is not allowed");
         req.dw0 = connect_invalid_param_dw0(true, connect_data_offset::HOSTNQN);

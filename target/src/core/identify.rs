@@ -23,8 +23,10 @@ const KAS_100MS_UNITS: u16 = 1;
 /// SQES/CQES: required and maximum entry sizes as log2 (64-byte SQE, 16-byte CQE).
 const SQES: u8 = (6 << 4) | 6;
 const CQES: u8 = (4 << 4) | 4;
-/// VWC: a volatile write cache is present; Flush with NSID=FFFFFFFFh supported (bits 2:1 = 11b).
-const VWC_PRESENT_BROADCAST_FLUSH: u8 = 0b111;
+/// VWC bits 2:1 = 11b: Flush with NSID FFFFFFFFh is supported.
+const VWC_BROADCAST_FLUSH: u8 = 0b110;
+/// VWC bit 0: a volatile write cache is present.
+const VWC_PRESENT: u8 = 0b001;
 /// FRMW: one firmware slot, slot 1 read-only.
 const FRMW_ONE_SLOT_RO: u8 = 0b11;
 /// CTRATT: 128-bit host identifier, traffic-based keep-alive.
@@ -108,7 +110,15 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
         id.set_nn(ctrl.max_nsid());
         id.set_mnan(ctrl.max_nsid());
         id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
-        id.set_vwc(VWC_PRESENT_BROADCAST_FLUSH);
+        // Truthful per backend: files and block devices sit on a volatile cache (the
+        // page cache or the device's), RAM and null keep nothing to lose on a crash
+        // beyond what they already lose.
+        let present = if ctrl.volatile_write_cache_present() {
+            VWC_PRESENT
+        } else {
+            0
+        };
+        id.set_vwc(VWC_BROADCAST_FLUSH | present);
         id.psd_mut(0).set_max_power(PSD0_MAX_POWER_CW);
     }
 }

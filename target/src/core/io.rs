@@ -143,7 +143,8 @@ fn submit(
             IoOp::Write {
                 offset: slba << ns.block_size_shift,
                 buf,
-                fua: nvm::rw_fua(&cmd),
+                // With the write cache disabled (WCE 0) every write is written through.
+                fua: nvm::rw_fua(&cmd) || !ctrl.write_cache_enabled(),
             }
         }
         opcode::COMPARE => {

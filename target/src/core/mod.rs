@@ -263,6 +263,8 @@ pub struct ExecCtx {
     channels: crate::fastmap::FastMap<u64, Box<dyn IoChannel>>,
     dirty: Vec<u64>,
     reaped: Vec<IoCompletion>,
+    /// The namespace retirement epoch the channel cache was last pruned at.
+    seen_epoch: u64,
 }
 
 impl ExecCtx {
@@ -273,7 +275,34 @@ impl ExecCtx {
             channels: crate::fastmap::FastMap::default(),
             dirty: Vec::new(),
             reaped: Vec::with_capacity(256),
+            seen_epoch: crate::subsystem::ns_retired_epoch(),
         }
+    }
+
+    /// Closes the backend channels of namespaces no longer served (removed or resized
+    /// away) once their I/O has drained. Cheap when nothing was retired: one load.
+    fn prune_channels(&mut self) {
+        let epoch = crate::subsystem::ns_retired_epoch();
+        if epoch == self.seen_epoch {
+            return;
+        }
+        let live: std::collections::HashSet<u64> = self
+            .target
+            .subsystems()
+            .iter()
+            .flat_map(|s| s.namespace_instances())
+            .collect();
+        self.channels
+            .retain(|id, ch| live.contains(id) || ch.in_flight() > 0);
+        // Channels still draining are looked at again on the next flush.
+        if self.channels.keys().all(|id| live.contains(id)) {
+            self.seen_epoch = epoch;
+        }
+    }
+
+    /// Backend channels open on this thread (tests: none leak after a removal).
+    pub fn open_channels(&self) -> usize {
+        self.channels.len()
     }
 
     fn submit(&mut self, ns: &Namespace, tag: u64, op: IoOp) -> Result<(), BackendError> {
@@ -290,6 +319,7 @@ impl ExecCtx {
 
     /// Issues queued backend I/O (one system call per io_uring channel).
     pub fn flush(&mut self) {
+        self.prune_channels();
         for id in self.dirty.drain(..) {
             if let Some(ch) = self.channels.get_mut(&id) {
                 ch.flush();
@@ -406,6 +436,16 @@ pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) 
         req.fail(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
         return Outcome::Done;
     };
+    if ctrl.is_dead() {
+        // The association ended while the command waited for its data (R2T/H2CData,
+        // RDMA READ): nothing of it reaches the backend. The host may retry elsewhere.
+        tracing::debug!(qid = %q.qid, cid = req.cid(), "controller gone before execution");
+        req.fail(Status::new(
+            nvmf_common::wire::status::Sct::Generic,
+            generic::ABORTED_SQ_DELETION,
+        ));
+        return Outcome::Done;
+    }
     if q.qid.is_admin() {
         if ctrl.subsys.is_discovery() {
             discovery::execute(q, &ctrl, ex, req, tag)

@@ -15,6 +15,8 @@
 //! because it is bound to the target's request state machine, like Linux
 //! `drivers/nvme/target/rdma.c`. The shared wire pieces stay in `nvmf_common::wire::rdma`.)
 
+#[cfg(feature = "rdma")]
+pub mod devices;
 pub mod listener;
 pub mod poll_group;
 pub mod pool;
@@ -64,6 +66,9 @@ pub(crate) fn wr_id_parts(id: u64) -> (u8, u16, u16, u16) {
         id as u16,
     )
 }
+
+/// Ports grouped by the verbs device that serves them.
+pub type DevicePorts = Vec<(Arc<dyn Device>, Vec<Arc<PortInfo>>)>;
 
 /// The rdma_cm address a port listens on: `traddr:trsvcid`, or `loopback:PORTID`
 /// for loopback ports, which have no network address.

@@ -38,14 +38,17 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
+use nvmf_common::config::TcpConfig;
 use nvmf_common::transport::tcp::ControllerConfig;
 
 use crate::params::PortInfo;
@@ -77,17 +80,25 @@ pub struct TcpOptions {
 }
 
 impl Default for TcpOptions {
+    /// The defaults of the config's `tcp:` section.
     fn default() -> Self {
-        let c = ControllerConfig::default();
+        TcpOptions::from(&TcpConfig::default())
+    }
+}
+
+impl From<&TcpConfig> for TcpOptions {
+    /// The config's `tcp:` section; CPDA stays 0 (Linux hosts only connect with 0).
+    fn from(c: &TcpConfig) -> Self {
         TcpOptions {
             header_digest: c.header_digest,
             data_digest: c.data_digest,
-            cpda: c.cpda,
+            cpda: 0,
             maxh2cdata: c.maxh2cdata,
-            max_r2t_per_command: 16,
-            c2h_chunk: 128 * 1024,
-            stall_timeout: Duration::from_secs(30),
-            arena_bytes: 64 << 20,
+            max_r2t_per_command: c.max_r2t_per_command,
+            c2h_chunk: c.c2h_chunk,
+            stall_timeout: Duration::from_millis(c.stall_timeout_ms),
+            // Validated to at most 16 GiB; a 32-bit host saturates rather than wraps.
+            arena_bytes: usize::try_from(c.arena_bytes).unwrap_or(usize::MAX),
         }
     }
 }
@@ -148,8 +159,21 @@ pub struct TcpServer {
     threads: Vec<JoinHandle<()>>,
     groups: Vec<GroupHandle>,
     listener_wake: Arc<EventFd>,
-    addrs: Vec<SocketAddr>,
+    /// Bound address of each port, by port id, in the order the ports were added.
+    addrs: Mutex<Vec<(u16, SocketAddr)>>,
+    /// Ports added or removed while running go to the listener thread through here.
+    listen_ctl: Sender<ListenCmd>,
 }
+
+/// A change of the listener set while running.
+enum ListenCmd {
+    Add(TcpListener, Arc<PortInfo>),
+    /// Stop listening on the port; the sender is told when the socket is closed.
+    Remove(u16, Sender<()>),
+}
+
+/// How long [`TcpServer::remove_port`] waits for the listener thread.
+const LISTENER_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl TcpServer {
     /// Listens on every port of `ports` and starts `transport.poll_groups` poll groups.
@@ -170,18 +194,9 @@ impl TcpServer {
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         for port in ports {
-            let want = listen_addr(port)?;
-            let l = TcpListener::bind(want).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("port {}: cannot listen on {want}: {e}", port.portid),
-                )
-            })?;
-            l.set_nonblocking(true)?;
-            let local = l.local_addr()?;
-            info!(portid = port.portid, addr = %local, "NVMe/TCP listening");
-            addrs.push(local);
-            listeners.push((l, port.clone()));
+            let (l, local) = bind_port(port)?;
+            addrs.push((port.portid, local));
+            listeners.push(Some((l, port.clone())));
         }
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io::Error::from)?;
         let listener_wake = Arc::new(
@@ -194,11 +209,12 @@ impl TcpServer {
                 EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
             )
             .map_err(io::Error::from)?;
-        for (i, (l, _)) in listeners.iter().enumerate() {
+        for (i, (l, _)) in listeners.iter().flatten().enumerate() {
             epoll
                 .add(l.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
                 .map_err(io::Error::from)?;
         }
+        let (ctl_tx, ctl_rx) = channel();
 
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = TcpServer {
@@ -206,7 +222,8 @@ impl TcpServer {
             threads: Vec::new(),
             groups: Vec::new(),
             listener_wake: listener_wake.clone(),
-            addrs,
+            addrs: Mutex::new(addrs),
+            listen_ctl: ctl_tx,
         };
         for i in 0..target.params.poll_groups.max(1) {
             // On error, dropping `server` stops the groups already started.
@@ -219,7 +236,18 @@ impl TcpServer {
         let wake = listener_wake;
         let t = std::thread::Builder::new()
             .name("nvmf-tcp-listen".into())
-            .spawn(move || listen_loop(epoll, wake, listeners, groups, stop))?;
+            .spawn(move || {
+                listen_loop(
+                    epoll,
+                    wake,
+                    Listeners {
+                        open: listeners,
+                        ctl: ctl_rx,
+                    },
+                    groups,
+                    stop,
+                )
+            })?;
         server.threads.push(t);
         Ok(server)
     }
@@ -227,7 +255,56 @@ impl TcpServer {
     /// The addresses the listeners are bound to, in port order (the real port numbers
     /// when a port asked for port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.addrs.clone()
+        self.addrs.lock().iter().map(|(_, a)| *a).collect()
+    }
+
+    /// The address port `portid` is bound to.
+    pub fn port_addr(&self, portid: u16) -> Option<SocketAddr> {
+        self.addrs
+            .lock()
+            .iter()
+            .find(|(id, _)| *id == portid)
+            .map(|(_, a)| *a)
+    }
+
+    /// Starts listening on another port while running. Fails (nothing changes) when the
+    /// address cannot be bound or the port id is already served.
+    pub fn add_port(&self, port: &Arc<PortInfo>) -> io::Result<SocketAddr> {
+        if self.port_addr(port.portid).is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("port {} is already listening", port.portid),
+            ));
+        }
+        let (l, local) = bind_port(port)?;
+        self.listen_ctl
+            .send(ListenCmd::Add(l, port.clone()))
+            .map_err(|_| io::Error::other("the NVMe/TCP listener has stopped"))?;
+        let _ = self.listener_wake.write(1);
+        self.addrs.lock().push((port.portid, local));
+        Ok(local)
+    }
+
+    /// Stops listening on port `portid` (connections already made stay; the caller
+    /// ends their controllers). Returns whether the port was served.
+    pub fn remove_port(&self, portid: u16) -> bool {
+        let known = {
+            let mut a = self.addrs.lock();
+            let before = a.len();
+            a.retain(|(id, _)| *id != portid);
+            a.len() != before
+        };
+        if !known {
+            return false;
+        }
+        let (tx, rx) = channel();
+        if self.listen_ctl.send(ListenCmd::Remove(portid, tx)).is_ok() {
+            let _ = self.listener_wake.write(1);
+            if rx.recv_timeout(LISTENER_ACK_TIMEOUT).is_err() {
+                warn!(portid, "NVMe/TCP listener did not confirm closing the port");
+            }
+        }
+        true
     }
 
     /// Data-path counters summed over the poll groups.
@@ -265,13 +342,65 @@ impl Drop for TcpServer {
 
 const WAKE_TOKEN: u64 = u64::MAX;
 
+/// Binds a non-blocking listener for `port`.
+fn bind_port(port: &PortInfo) -> io::Result<(TcpListener, SocketAddr)> {
+    let want = listen_addr(port)?;
+    let l = TcpListener::bind(want).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("port {}: cannot listen on {want}: {e}", port.portid),
+        )
+    })?;
+    l.set_nonblocking(true)?;
+    let local = l.local_addr()?;
+    info!(portid = port.portid, addr = %local, "NVMe/TCP listening");
+    Ok((l, local))
+}
+
+/// The listener thread's sockets (epoll token = index) and its command channel.
+struct Listeners {
+    open: Vec<Option<(TcpListener, Arc<PortInfo>)>>,
+    ctl: Receiver<ListenCmd>,
+}
+
+impl Listeners {
+    /// Applies port additions and removals sent by [`TcpServer`].
+    fn apply(&mut self, epoll: &Epoll) {
+        while let Ok(cmd) = self.ctl.try_recv() {
+            match cmd {
+                ListenCmd::Add(l, port) => {
+                    let token = self.open.len() as u64;
+                    match epoll.add(l.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, token)) {
+                        Ok(()) => self.open.push(Some((l, port))),
+                        Err(e) => warn!(
+                            portid = port.portid,
+                            "NVMe/TCP: cannot watch the new listener: {e}"
+                        ),
+                    }
+                }
+                ListenCmd::Remove(portid, ack) => {
+                    for slot in &mut self.open {
+                        if slot.as_ref().is_some_and(|(_, p)| p.portid == portid) {
+                            if let Some((l, _)) = slot.take() {
+                                let _ = epoll.delete(l.as_fd());
+                                info!(portid, "NVMe/TCP port closed");
+                            }
+                        }
+                    }
+                    let _ = ack.send(());
+                }
+            }
+        }
+    }
+}
+
 /// Accepts connections and hands them to the least loaded poll group (ties: round
 /// robin). The queue a connection serves is only known at its Connect, so admin and
 /// I/O queues are spread alike.
 fn listen_loop(
     epoll: Epoll,
     wake: Arc<EventFd>,
-    listeners: Vec<(TcpListener, Arc<PortInfo>)>,
+    mut listeners: Listeners,
     groups: Vec<GroupHandle>,
     stop: Arc<AtomicBool>,
 ) {
@@ -290,9 +419,10 @@ fn listen_loop(
         for ev in events.iter().take(n) {
             if ev.data() == WAKE_TOKEN {
                 let _ = wake.read();
+                listeners.apply(&epoll);
                 continue;
             }
-            let Some((l, port)) = listeners.get(ev.data() as usize) else {
+            let Some(Some((l, port))) = listeners.open.get(ev.data() as usize) else {
                 continue;
             };
             loop {
@@ -309,11 +439,8 @@ fn listen_loop(
                             return;
                         };
                         debug!(%peer, port = port.portid, group = g.index, "NVMe/TCP connection accepted");
-                        if !g.add(poll_group::NewConn {
-                            stream,
-                            peer,
-                            port: port.clone(),
-                        }) {
+                        let port = connection_port(port, &stream);
+                        if !g.add(poll_group::NewConn { stream, peer, port }) {
                             warn!(%peer, "NVMe/TCP: poll group is gone; dropping the connection");
                         }
                     }
@@ -328,6 +455,17 @@ fn listen_loop(
                 }
             }
         }
+    }
+}
+
+/// The port as one connection sees it: a wildcard listener (0.0.0.0, ::) or an
+/// OS-chosen port number is reported in discovery with the address the host used.
+fn connection_port(port: &Arc<PortInfo>, stream: &std::net::TcpStream) -> Arc<PortInfo> {
+    match stream.local_addr() {
+        Ok(local) if port.is_wildcard() || port.trsvcid.parse::<u16>() == Ok(0) => {
+            Arc::new(port.as_seen_at(local))
+        }
+        _ => port.clone(),
     }
 }
 

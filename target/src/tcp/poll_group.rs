@@ -85,6 +85,8 @@ const TX_HIGH_WATER: usize = 8 << 20;
 const EPOLL_BATCH: usize = 64;
 /// Epoll tokens: connections use `gen << 16 | index` (below 2^32).
 const WAKE_TOKEN: u64 = 1 << 41;
+/// On shutdown, how long commands already executing get to complete and be answered.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 const BACKEND_TOKEN: u64 = 1 << 40;
 
 /// A connection accepted by the listener.
@@ -1687,11 +1689,24 @@ impl Group {
     }
 
     fn shutdown_all(&mut self) {
+        // Graceful: sockets are no longer read (no new commands); commands whose backend
+        // I/O is in flight complete and their responses are written, within a deadline.
+        let mut reaped = Vec::new();
+        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        while self.ex.in_flight() > 0 && Instant::now() < deadline {
+            self.ex.now = Instant::now();
+            self.ex.poll_backends(&mut reaped);
+            for (t, res) in reaped.drain(..) {
+                self.on_backend(t, res);
+            }
+            self.flush();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        self.flush();
         for ci in 0..self.conns.len() {
             self.kill(ci as u16, "target shutting down", false);
         }
         // Backend I/O still in flight must finish before buffers go away.
-        let mut reaped = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.ex.in_flight() > 0 && Instant::now() < deadline {
             self.ex.poll_backends(&mut reaped);

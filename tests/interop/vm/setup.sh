@@ -23,7 +23,7 @@ if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends -t "$BPO" qemu-system-x86 >/dev/null
 fi
 need=""
-for p in busybox-static cpio nvme-cli fio rdma-core ibverbs-utils rdmacm-utils iproute2 kmod e2fsprogs; do
+for p in busybox-static cpio nvme-cli fio rdma-core ibverbs-utils rdmacm-utils iproute2 kmod e2fsprogs nbd-client util-linux; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then

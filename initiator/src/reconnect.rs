@@ -1,0 +1,212 @@
+//! Reconnect after a lost connection, like the Linux host's `--reconnect-delay` and
+//! `--ctrl-loss-tmo`.
+//!
+//! A [`Session`] owns a controller and the means to make it again. When a command fails
+//! because the association is gone (transport error, timeout, a dead keep-alive), the
+//! session tears the controller down and reconnects: the first attempt at once, then
+//! after `reconnect_delay`, doubling up to [`MAX_RECONNECT_DELAY`], until
+//! `ctrl_loss_tmo` has passed since the loss (then every later call fails at once, as
+//! the kernel removes the controller). The failed work is then retried on the new
+//! controller ([`RetryPolicy::Retry`]) or reported ([`RetryPolicy::Fail`]): nothing
+//! waits forever, every wait is bounded by the command timeout or `ctrl_loss_tmo`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::controller::{ConnectOptions, Controller};
+use crate::error::Error;
+use crate::transport::Fabric;
+
+/// The Linux host's default `reconnect_delay` (seconds).
+pub const DEFAULT_RECONNECT_DELAY: Duration = Duration::from_secs(10);
+/// The Linux host's default `ctrl_loss_tmo` (seconds).
+pub const DEFAULT_CTRL_LOSS_TMO: Duration = Duration::from_secs(600);
+/// Back-off never waits longer than this between attempts.
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(60);
+
+/// What happens to work that failed because the connection was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Run it again once the controller is back (reads, idempotent writes).
+    Retry,
+    /// Report the failure; the controller is still brought back for later work.
+    Fail,
+}
+
+/// When and for how long to reconnect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconnectPolicy {
+    /// Wait before the second attempt; doubles per attempt up to [`MAX_RECONNECT_DELAY`].
+    pub reconnect_delay: Duration,
+    /// Give up this long after the loss; `None` reconnects forever (`-1` in nvme-cli).
+    pub ctrl_loss_tmo: Option<Duration>,
+    pub retry: RetryPolicy,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        ReconnectPolicy {
+            reconnect_delay: DEFAULT_RECONNECT_DELAY,
+            ctrl_loss_tmo: Some(DEFAULT_CTRL_LOSS_TMO),
+            retry: RetryPolicy::Retry,
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// From nvme-cli style seconds: `ctrl_loss_tmo` < 0 means forever.
+    pub fn from_secs(reconnect_delay: u64, ctrl_loss_tmo: i64, retry: RetryPolicy) -> Self {
+        ReconnectPolicy {
+            reconnect_delay: Duration::from_secs(reconnect_delay),
+            ctrl_loss_tmo: u64::try_from(ctrl_loss_tmo).ok().map(Duration::from_secs),
+            retry,
+        }
+    }
+}
+
+/// Connects, retrying per `policy` while the target cannot be reached. The loss clock
+/// starts now. Errors that a retry cannot fix (the target refused the host, a bad
+/// argument) end it at once.
+pub fn connect_with_retry(
+    fabric: &Arc<dyn Fabric>,
+    opts: &ConnectOptions,
+    policy: &ReconnectPolicy,
+) -> Result<Controller, Error> {
+    let lost_at = Instant::now();
+    let mut delay = policy.reconnect_delay;
+    let mut attempt = 1u32;
+    loop {
+        match Controller::connect(fabric.clone(), opts.clone()) {
+            Ok(c) => {
+                if attempt > 1 {
+                    info!(attempt, subnqn = %opts.subnqn, "reconnected");
+                }
+                return Ok(c);
+            }
+            Err(e) if !retryable(&e) => return Err(e),
+            Err(e) => {
+                let elapsed = lost_at.elapsed();
+                let left = policy.ctrl_loss_tmo.map(|t| t.saturating_sub(elapsed));
+                if left.is_some_and(|l| l.is_zero()) {
+                    warn!(attempt, subnqn = %opts.subnqn, "ctrl_loss_tmo expired: {e}");
+                    return Err(Error::Timeout(format!(
+                        "controller lost for {} ms (ctrl-loss-tmo); last error: {e}",
+                        elapsed.as_millis()
+                    )));
+                }
+                let wait = left.map_or(delay, |l| l.min(delay));
+                warn!(attempt, subnqn = %opts.subnqn, retry_in_ms = wait.as_millis() as u64, "connect failed: {e}");
+                std::thread::sleep(wait);
+                delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Whether reconnecting may help: the connection or target was unreachable or went
+/// away. An NVMe status (Connect Invalid Host, ...) is the target's answer: final.
+fn retryable(e: &Error) -> bool {
+    e.is_fatal() || matches!(e, Error::Io(_))
+}
+
+/// A controller that comes back after a lost connection.
+pub struct Session {
+    fabric: Arc<dyn Fabric>,
+    opts: ConnectOptions,
+    policy: ReconnectPolicy,
+    ctrl: Option<Controller>,
+    /// When the controller was lost and not yet recovered.
+    lost_at: Option<Instant>,
+    reconnects: u32,
+}
+
+impl Session {
+    /// Connects (retrying per `policy`).
+    pub fn connect(
+        fabric: Arc<dyn Fabric>,
+        opts: ConnectOptions,
+        policy: ReconnectPolicy,
+    ) -> Result<Session, Error> {
+        let ctrl = connect_with_retry(&fabric, &opts, &policy)?;
+        Ok(Session {
+            fabric,
+            opts,
+            policy,
+            ctrl: Some(ctrl),
+            lost_at: None,
+            reconnects: 0,
+        })
+    }
+
+    /// How many times the controller was re-established.
+    pub fn reconnects(&self) -> u32 {
+        self.reconnects
+    }
+
+    /// Runs `work` on the controller. If it fails because the association is gone,
+    /// reconnects and, under [`RetryPolicy::Retry`], runs it again (until
+    /// `ctrl_loss_tmo` has passed since the loss).
+    pub fn run<R>(
+        &mut self,
+        mut work: impl FnMut(&mut Controller) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        loop {
+            let ctrl = self.controller()?;
+            let r = work(ctrl);
+            match r {
+                Err(e) if retryable(&e) || !ctrl.is_alive() => {
+                    warn!(subnqn = %self.opts.subnqn, "controller lost: {e}");
+                    self.ctrl = None;
+                    self.lost_at.get_or_insert_with(Instant::now);
+                    if self.policy.retry == RetryPolicy::Fail {
+                        // Bring it back for later work, but report this failure.
+                        let _ = self.controller();
+                        return Err(e);
+                    }
+                }
+                other => {
+                    self.lost_at = None;
+                    return other;
+                }
+            }
+        }
+    }
+
+    /// The live controller, reconnecting if it was lost.
+    pub fn controller(&mut self) -> Result<&mut Controller, Error> {
+        if self.ctrl.as_ref().is_some_and(|c| !c.is_alive()) {
+            self.ctrl = None;
+            self.lost_at.get_or_insert_with(Instant::now);
+        }
+        if self.ctrl.is_none() {
+            let mut policy = self.policy;
+            if let (Some(tmo), Some(lost)) = (policy.ctrl_loss_tmo, self.lost_at) {
+                policy.ctrl_loss_tmo = Some(tmo.saturating_sub(lost.elapsed()));
+                if policy.ctrl_loss_tmo.is_some_and(|t| t.is_zero()) {
+                    return Err(Error::Timeout(format!(
+                        "controller for {} lost longer than ctrl-loss-tmo",
+                        self.opts.subnqn
+                    )));
+                }
+            }
+            let c = connect_with_retry(&self.fabric, &self.opts, &policy)?;
+            self.reconnects += 1;
+            self.lost_at = None;
+            self.ctrl = Some(c);
+        }
+        self.ctrl
+            .as_mut()
+            .ok_or_else(|| Error::Protocol("no controller".into()))
+    }
+
+    /// Orderly shutdown of the current controller, if any.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        match self.ctrl.take() {
+            Some(c) => c.shutdown(),
+            None => Ok(()),
+        }
+    }
+}

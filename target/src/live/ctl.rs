@@ -1,0 +1,334 @@
+//! The admin socket: `nvmf-target ctl add-ns|remove-ns|resize-ns|add-host|remove-host|
+//! reload|status` talk to a running target over a Unix stream socket.
+//!
+//! Protocol: one JSON request per line, one JSON [`Response`] line back, then the
+//! server closes the connection. Requests are tagged by `op`:
+//!
+//! ```text
+//! {"op":"add-ns","nqn":"nqn.2024-01.io.example:disk","device_path":"/srv/d.img"}
+//! {"op":"remove-ns","nqn":"...","nsid":2}
+//! {"op":"resize-ns","nqn":"...","nsid":1}
+//! {"op":"add-host","nqn":"...","host":"nqn.2014-08.org.nvmexpress:uuid:..."}
+//! {"op":"remove-host","nqn":"...","host":"..."}
+//! {"op":"reload"}
+//! {"op":"status"}
+//! ```
+//!
+//! The socket is created mode 0600: whoever can write it administers the target.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use super::status::StatusView;
+use super::{Live, Op};
+
+/// Where the socket is unless `--ctl-socket` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/nvmf-target.sock";
+/// A client that sends nothing for this long is dropped.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the accept loop looks at the stop flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// The longest request line accepted.
+const MAX_REQUEST: u64 = 64 * 1024;
+
+/// One request on the socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    AddNs {
+        nqn: String,
+        device_path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nsid: Option<u32>,
+    },
+    RemoveNs {
+        nqn: String,
+        nsid: u32,
+    },
+    ResizeNs {
+        nqn: String,
+        nsid: u32,
+    },
+    AddHost {
+        nqn: String,
+        host: String,
+    },
+    RemoveHost {
+        nqn: String,
+        host: String,
+    },
+    Reload,
+    Status,
+}
+
+/// The answer: `ok` with what changed (or the status view), or the reason for refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<StatusView>,
+}
+
+impl Response {
+    fn from_result(r: Result<Vec<String>, String>) -> Response {
+        match r {
+            Ok(changes) => Response {
+                ok: true,
+                changes,
+                error: None,
+                status: None,
+            },
+            Err(e) => Response::error(e),
+        }
+    }
+
+    fn error(e: String) -> Response {
+        Response {
+            ok: false,
+            changes: Vec::new(),
+            error: Some(e),
+            status: None,
+        }
+    }
+}
+
+/// Runs one request against the live target.
+pub fn handle(live: &Live, req: &Request) -> Response {
+    let op = match req.clone() {
+        Request::Status => {
+            return Response {
+                ok: true,
+                changes: Vec::new(),
+                error: None,
+                status: Some(live.status()),
+            }
+        }
+        Request::Reload => return Response::from_result(live.reload()),
+        Request::AddNs {
+            nqn,
+            device_path,
+            nsid,
+        } => Op::AddNs {
+            nqn,
+            nsid,
+            device_path,
+        },
+        Request::RemoveNs { nqn, nsid } => Op::RemoveNs { nqn, nsid },
+        Request::ResizeNs { nqn, nsid } => Op::ResizeNs { nqn, nsid },
+        Request::AddHost { nqn, host } => Op::AddHost { nqn, host },
+        Request::RemoveHost { nqn, host } => Op::RemoveHost { nqn, host },
+    };
+    Response::from_result(live.execute(&op))
+}
+
+/// The admin socket server: one thread; requests are served one at a time.
+pub struct CtlServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CtlServer {
+    /// Listens on `path` (a stale socket file left by a dead target is replaced; a live
+    /// one is not).
+    pub fn start(live: Arc<Live>, path: &Path) -> std::io::Result<CtlServer> {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            if !meta.file_type().is_socket() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ));
+            }
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("{}: another target is serving this socket", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        let listener = UnixListener::bind(path).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("admin socket {}: {e}", path.display()))
+        })?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        info!(path = %path.display(), "admin socket listening");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("nvmf-ctl".into())
+            .spawn(move || serve(listener, live, flag))?;
+        Ok(CtlServer {
+            path: path.to_path_buf(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for CtlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve(listener: UnixListener, live: Arc<Live>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = serve_one(&live, stream) {
+                    warn!("admin socket client: {e}");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                warn!("admin socket accept failed: {e}");
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+fn serve_one(live: &Live, stream: UnixStream) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
+    let mut line = String::new();
+    BufReader::new(std::io::Read::take(&stream, MAX_REQUEST)).read_line(&mut line)?;
+    let resp = match serde_json::from_str::<Request>(line.trim()) {
+        Ok(req) => {
+            info!(?req, "admin request");
+            handle(live, &req)
+        }
+        Err(e) => Response::error(format!("malformed request: {e}")),
+    };
+    let mut out = serde_json::to_string(&resp).map_err(std::io::Error::other)?;
+    out.push('\n');
+    (&stream).write_all(out.as_bytes())
+}
+
+/// Sends one request to the target listening on `path` and returns its answer.
+pub fn request(path: &Path, req: &Request) -> Result<Response, String> {
+    let stream = UnixStream::connect(path)
+        .map_err(|e| format!("cannot reach the target at {}: {e}", path.display()))?;
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .map_err(io)?;
+    let mut line = serde_json::to_string(req).map_err(|e| e.to_string())?;
+    line.push('\n');
+    (&stream).write_all(line.as_bytes()).map_err(io)?;
+    let mut answer = String::new();
+    BufReader::new(&stream).read_line(&mut answer).map_err(io)?;
+    serde_json::from_str(answer.trim())
+        .map_err(|e| format!("malformed answer from the target: {e}"))
+}
+
+/// `nvmf-target ctl` subcommands.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum CtlCommand {
+    /// Add a namespace: a file or block device path, ram:SIZE or null:SIZE.
+    AddNs {
+        nqn: String,
+        device_path: String,
+        /// NSID (default: the lowest free one).
+        #[arg(long)]
+        nsid: Option<u32>,
+    },
+    /// Remove a namespace.
+    RemoveNs { nqn: String, nsid: u32 },
+    /// Serve a namespace at its backing file's or device's current size.
+    ResizeNs { nqn: String, nsid: u32 },
+    /// Allow a host NQN on a subsystem.
+    AddHost { nqn: String, host: String },
+    /// Remove a host NQN from a subsystem's allowed hosts.
+    RemoveHost { nqn: String, host: String },
+    /// Re-read the configuration file (as SIGHUP does).
+    Reload,
+    /// Show ports, subsystems, namespaces, connected hosts and queue counts.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl CtlCommand {
+    pub fn request(&self) -> Request {
+        match self.clone() {
+            CtlCommand::AddNs {
+                nqn,
+                device_path,
+                nsid,
+            } => Request::AddNs {
+                nqn,
+                device_path,
+                nsid,
+            },
+            CtlCommand::RemoveNs { nqn, nsid } => Request::RemoveNs { nqn, nsid },
+            CtlCommand::ResizeNs { nqn, nsid } => Request::ResizeNs { nqn, nsid },
+            CtlCommand::AddHost { nqn, host } => Request::AddHost { nqn, host },
+            CtlCommand::RemoveHost { nqn, host } => Request::RemoveHost { nqn, host },
+            CtlCommand::Reload => Request::Reload,
+            CtlCommand::Status { .. } => Request::Status,
+        }
+    }
+}
+
+/// Runs `cmd` against the target at `path`, prints the outcome; returns whether it
+/// succeeded.
+pub fn run_client(path: &Path, cmd: &CtlCommand) -> bool {
+    match request(path, &cmd.request()) {
+        Ok(resp) if resp.ok => {
+            match (&resp.status, cmd) {
+                (Some(s), CtlCommand::Status { json: true }) => {
+                    match serde_json::to_string_pretty(s) {
+                        Ok(j) => println!("{j}"),
+                        Err(e) => eprintln!("{e}"),
+                    }
+                }
+                (Some(s), _) => print!("{s}"),
+                (None, _) if resp.changes.is_empty() => println!("no change"),
+                (None, _) => {
+                    for c in &resp.changes {
+                        println!("{c}");
+                    }
+                }
+            }
+            true
+        }
+        Ok(resp) => {
+            eprintln!(
+                "nvmf-target: refused: {}",
+                resp.error.as_deref().unwrap_or("no reason given")
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("nvmf-target: {e}");
+            false
+        }
+    }
+}

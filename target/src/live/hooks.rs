@@ -1,0 +1,122 @@
+//! [`PortHooks`] for NVMe/TCP: ports added while running get a listener on the
+//! target's TCP server (started on first use), removed ones lose theirs.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use nvmf_common::config::TrType;
+
+use super::PortHooks;
+use crate::params::PortInfo;
+use crate::target::Target;
+use crate::tcp::{GroupCounters, TcpOptions, TcpServer};
+
+/// The NVMe/TCP side of a running target.
+pub struct TcpPorts {
+    target: Arc<Target>,
+    opts: TcpOptions,
+    server: Mutex<Option<TcpServer>>,
+}
+
+impl TcpPorts {
+    /// Serves the tcp ports of `ports` (none: the server starts with the first port
+    /// added later).
+    pub fn start(
+        target: Arc<Target>,
+        ports: &[Arc<PortInfo>],
+        opts: TcpOptions,
+    ) -> std::io::Result<TcpPorts> {
+        let tcp: Vec<_> = ports
+            .iter()
+            .filter(|p| p.trtype == TrType::Tcp)
+            .cloned()
+            .collect();
+        let server = if tcp.is_empty() {
+            None
+        } else {
+            Some(TcpServer::start_with(target.clone(), &tcp, opts.clone())?)
+        };
+        Ok(TcpPorts {
+            target,
+            opts,
+            server: Mutex::new(server),
+        })
+    }
+
+    /// Bound addresses of every tcp port.
+    pub fn local_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.server
+            .lock()
+            .as_ref()
+            .map(TcpServer::local_addrs)
+            .unwrap_or_default()
+    }
+
+    /// Data-path counters of the poll groups.
+    pub fn counters(&self) -> GroupCounters {
+        self.server
+            .lock()
+            .as_ref()
+            .map(TcpServer::counters)
+            .unwrap_or_default()
+    }
+
+    /// Stops listening and ends every connection (backend I/O in flight is waited for).
+    pub fn shutdown(&self) {
+        if let Some(s) = self.server.lock().take() {
+            s.shutdown();
+        }
+    }
+}
+
+impl PortHooks for TcpPorts {
+    fn can_serve(&self, trtype: TrType) -> bool {
+        trtype == TrType::Tcp
+    }
+
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+        if port.trtype != TrType::Tcp {
+            return Err(format!(
+                "port {}: {} ports cannot be added while running",
+                port.portid,
+                port.trtype.as_str()
+            ));
+        }
+        let mut g = self.server.lock();
+        match g.as_ref() {
+            Some(s) => s
+                .add_port(port)
+                .map(|a| a.to_string())
+                .map_err(|e| e.to_string()),
+            None => {
+                let s = TcpServer::start_with(
+                    self.target.clone(),
+                    std::slice::from_ref(port),
+                    self.opts.clone(),
+                )
+                .map_err(|e| e.to_string())?;
+                let addr = s
+                    .port_addr(port.portid)
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                *g = Some(s);
+                Ok(addr)
+            }
+        }
+    }
+
+    fn remove_port(&self, portid: u16) {
+        if let Some(s) = self.server.lock().as_ref() {
+            s.remove_port(portid);
+        }
+    }
+
+    fn port_addr(&self, portid: u16) -> Option<String> {
+        self.server
+            .lock()
+            .as_ref()
+            .and_then(|s| s.port_addr(portid))
+            .map(|a| a.to_string())
+    }
+}

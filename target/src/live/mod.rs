@@ -1,0 +1,343 @@
+//! Live changes without a restart: a new configuration (SIGHUP re-reads the file) or an
+//! admin command on the Unix socket ([`ctl`]) is turned into a [`plan`] against the
+//! running configuration and applied whole, or refused whole with the reason.
+//!
+//! What can change while running: subsystems (added, removed), their allowed hosts,
+//! namespaces (added, removed, reconfigured, resized after the backing file grew), and
+//! ports (added, removed, moved, subsystem links and referrals) of the transports the
+//! [`PortHooks`] can serve. Connected hosts get Namespace Attribute Changed events and
+//! the Changed Namespace List; discovery hosts get Discovery Log Page Change events.
+//! Transport tuning and subsystem identities need a restart and are refused.
+//!
+//! Changes made through the socket live in the running configuration only: the next
+//! SIGHUP re-reads the file, which stays the source of truth.
+
+pub mod ctl;
+pub mod hooks;
+mod plan;
+pub mod status;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use nvmf_common::config::{Config, NamespaceConfig, TrType};
+use nvmf_common::types::{Nqn, Nsid};
+
+use crate::params::PortInfo;
+use crate::subsystem::MAX_NAMESPACES;
+use crate::target::{DiscoveryScope, Target};
+use plan::Step;
+
+/// Starts and stops listeners for ports added or removed while running.
+pub trait PortHooks: Send + Sync {
+    /// Whether ports of `trtype` can be added and removed while running.
+    fn can_serve(&self, trtype: TrType) -> bool;
+    /// Starts listening on `port`; returns the bound address, or why it cannot.
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String>;
+    /// Stops listening on port `portid`.
+    fn remove_port(&self, portid: u16);
+    /// The address port `portid` listens on, when known (status view).
+    fn port_addr(&self, portid: u16) -> Option<String>;
+}
+
+/// Hooks that refuse every port change (ports fixed at startup).
+pub struct FixedPorts;
+
+impl PortHooks for FixedPorts {
+    fn can_serve(&self, _: TrType) -> bool {
+        false
+    }
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+        Err(format!(
+            "port {} cannot be added while running",
+            port.portid
+        ))
+    }
+    fn remove_port(&self, _: u16) {}
+    fn port_addr(&self, _: u16) -> Option<String> {
+        None
+    }
+}
+
+/// One administrative change (the `ctl` subcommands).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Adds a namespace; `nsid` None takes the lowest free one.
+    AddNs {
+        nqn: String,
+        nsid: Option<u32>,
+        device_path: String,
+    },
+    RemoveNs {
+        nqn: String,
+        nsid: u32,
+    },
+    /// Reopens the backend and serves its current size.
+    ResizeNs {
+        nqn: String,
+        nsid: u32,
+    },
+    AddHost {
+        nqn: String,
+        host: String,
+    },
+    RemoveHost {
+        nqn: String,
+        host: String,
+    },
+}
+
+/// The running target, its configuration and the listeners' hooks.
+pub struct Live {
+    target: Arc<Target>,
+    running: Mutex<Config>,
+    hooks: Arc<dyn PortHooks>,
+    config_path: Option<PathBuf>,
+}
+
+impl Live {
+    /// `cfg` is what `target` was built from; `config_path` is re-read by [`Live::reload`].
+    pub fn new(
+        target: Arc<Target>,
+        cfg: Config,
+        hooks: Arc<dyn PortHooks>,
+        config_path: Option<PathBuf>,
+    ) -> Arc<Live> {
+        Arc::new(Live {
+            target,
+            running: Mutex::new(cfg),
+            hooks,
+            config_path,
+        })
+    }
+
+    pub fn target(&self) -> &Arc<Target> {
+        &self.target
+    }
+
+    /// The configuration in force.
+    pub fn running(&self) -> Config {
+        self.running.lock().clone()
+    }
+
+    /// Re-reads the config file (SIGHUP) and applies it.
+    pub fn reload(&self) -> Result<Vec<String>, String> {
+        let Some(path) = &self.config_path else {
+            return Err("the target was started without --config: nothing to re-read".into());
+        };
+        let cfg = Config::load(path).map_err(|e| e.to_string())?;
+        self.apply(cfg)
+    }
+
+    /// Moves the target to `new`, whole or not at all. Returns what changed.
+    pub fn apply(&self, new: Config) -> Result<Vec<String>, String> {
+        let mut running = self.running.lock();
+        self.apply_locked(&mut running, new, &[])
+    }
+
+    /// Runs one administrative change on a copy of the running configuration.
+    pub fn execute(&self, op: &Op) -> Result<Vec<String>, String> {
+        let mut running = self.running.lock();
+        let mut new = running.clone();
+        let mut resize = Vec::new();
+        edit(&mut new, op, &mut resize)?;
+        self.apply_locked(&mut running, new, &resize)
+    }
+
+    fn apply_locked(
+        &self,
+        running: &mut Config,
+        new: Config,
+        resize: &[(String, Nsid)],
+    ) -> Result<Vec<String>, String> {
+        let hooks = self.hooks.clone();
+        let can = move |t: TrType| hooks.can_serve(t);
+        let plan = plan::plan(running, &new, &self.target, &can, resize).inspect_err(|e| {
+            warn!("configuration change refused: {e}");
+        })?;
+        self.bind_ports(running, &plan.steps)?;
+        self.swap_in(plan.steps);
+        for c in &plan.changes {
+            info!("live change: {c}");
+        }
+        *running = new;
+        Ok(plan.changes)
+    }
+
+    /// Listener changes first: they are the only steps that can still fail. On failure,
+    /// what was done is undone and the whole change is refused.
+    fn bind_ports(&self, running: &Config, steps: &[Step]) -> Result<(), String> {
+        let mut removed: Vec<u16> = Vec::new();
+        let mut added: Vec<u16> = Vec::new();
+        for step in steps {
+            let r = match step {
+                Step::RemovePort(id) => {
+                    self.hooks.remove_port(*id);
+                    removed.push(*id);
+                    Ok(())
+                }
+                Step::AddPort(p) => {
+                    let info = Arc::new(plan::port_of(p));
+                    self.hooks.add_port(&info).map(|addr| {
+                        info!(portid = p.portid, %addr, "port listening");
+                        added.push(p.portid);
+                    })
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = r {
+                for id in added {
+                    self.hooks.remove_port(id);
+                }
+                for id in removed {
+                    if let Some(p) = running.port(id) {
+                        if let Err(e2) = self.hooks.add_port(&Arc::new(plan::port_of(p))) {
+                            warn!(portid = id, "could not restore the port: {e2}");
+                        }
+                    }
+                }
+                warn!("configuration change refused: {e}");
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the infallible steps: new subsystems first (ports may link them), then
+    /// ports, namespaces and hosts, and removed subsystems last.
+    fn swap_in(&self, steps: Vec<Step>) {
+        let t = &self.target;
+        let (mut first, mut rest, mut last) = (Vec::new(), Vec::new(), Vec::new());
+        for s in steps {
+            match s {
+                Step::AddSubsystem(_) => first.push(s),
+                Step::RemoveSubsystem(_) => last.push(s),
+                _ => rest.push(s),
+            }
+        }
+        for step in first.into_iter().chain(rest).chain(last) {
+            match step {
+                Step::AddSubsystem(sub) => t.add_subsystem(sub),
+                Step::RemoveSubsystem(nqn) => {
+                    t.remove_subsystem(&nqn);
+                }
+                Step::RemovePort(id) => {
+                    t.remove_port(id);
+                }
+                Step::AddPort(p) => {
+                    t.add_port(plan::port_of(&p));
+                }
+                Step::UpdatePort { port, unlinked } => {
+                    t.add_port(plan::port_of(&port));
+                    for nqn in unlinked {
+                        if let Some(sub) = t.subsystem_by_name(&nqn) {
+                            for c in sub.controllers() {
+                                if c.port.portid == port.portid {
+                                    c.fatal("subsystem no longer exported on this port");
+                                }
+                            }
+                        }
+                    }
+                }
+                Step::HostPolicy {
+                    nqn,
+                    allow_any_host,
+                    hosts,
+                } => {
+                    if let Some(sub) = t.subsystem_by_name(&nqn) {
+                        sub.set_host_policy(allow_any_host, &hosts);
+                        t.discovery_changed(DiscoveryScope::Exporting(&nqn));
+                    }
+                }
+                Step::AddNamespace { nqn, ns } => {
+                    if let Some(sub) = t.subsystem_by_name(&nqn) {
+                        if let Err(e) = sub.add_namespace(ns) {
+                            warn!("{e}");
+                        }
+                    }
+                }
+                Step::RemoveNamespace { nqn, nsid } => {
+                    if let Some(sub) = t.subsystem_by_name(&nqn) {
+                        sub.remove_namespace(nsid);
+                    }
+                }
+                Step::ReplaceNamespace { nqn, ns } => {
+                    if let Some(sub) = t.subsystem_by_name(&nqn) {
+                        if let Err(e) = sub.replace_namespace(ns) {
+                            warn!("{e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The status view (ports, subsystems, namespaces, controllers, queues).
+    pub fn status(&self) -> status::StatusView {
+        status::collect(&self.target, &self.running.lock(), self.hooks.as_ref())
+    }
+}
+
+/// Applies `op` to `cfg`; namespaces to reopen go to `resize`.
+fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(), String> {
+    let nqn = match op {
+        Op::AddNs { nqn, .. }
+        | Op::RemoveNs { nqn, .. }
+        | Op::ResizeNs { nqn, .. }
+        | Op::AddHost { nqn, .. }
+        | Op::RemoveHost { nqn, .. } => nqn,
+    };
+    let key = Nqn::new(nqn.clone()).map_err(|e| format!("subsystem NQN {nqn:?}: {e}"))?;
+    let Some(sub) = cfg.subsystems.iter_mut().find(|s| s.nqn == key) else {
+        return Err(format!("no subsystem {nqn}"));
+    };
+    match op {
+        Op::AddNs {
+            nsid, device_path, ..
+        } => {
+            let id = match nsid {
+                Some(n) => *n,
+                None => (1..=MAX_NAMESPACES)
+                    .find(|i| sub.namespace(Nsid(*i)).is_none())
+                    .ok_or_else(|| format!("subsystem {nqn} has no free nsid"))?,
+            };
+            if sub.namespace(Nsid(id)).is_some() {
+                return Err(format!("subsystem {nqn} already has namespace {id}"));
+            }
+            sub.namespaces
+                .push(NamespaceConfig::new(Nsid(id), device_path.clone()));
+        }
+        Op::RemoveNs { nsid, .. } => {
+            let before = sub.namespaces.len();
+            sub.namespaces.retain(|n| n.nsid != Nsid(*nsid));
+            if sub.namespaces.len() == before {
+                return Err(format!("subsystem {nqn} has no namespace {nsid}"));
+            }
+        }
+        Op::ResizeNs { nsid, .. } => {
+            if sub.namespace(Nsid(*nsid)).is_none_or(|n| !n.enable) {
+                return Err(format!("subsystem {nqn} has no enabled namespace {nsid}"));
+            }
+            resize.push((nqn.clone(), Nsid(*nsid)));
+        }
+        Op::AddHost { host, .. } => {
+            let h = Nqn::new(host.clone()).map_err(|e| format!("host NQN {host:?}: {e}"))?;
+            if sub.allowed_hosts.contains(&h) {
+                return Err(format!("host {host} is already allowed on {nqn}"));
+            }
+            sub.allowed_hosts.push(h);
+        }
+        Op::RemoveHost { host, .. } => {
+            let h = Nqn::new(host.clone()).map_err(|e| format!("host NQN {host:?}: {e}"))?;
+            let before = sub.allowed_hosts.len();
+            sub.allowed_hosts.retain(|x| *x != h);
+            if sub.allowed_hosts.len() == before {
+                return Err(format!("host {host} is not in the allowed hosts of {nqn}"));
+            }
+        }
+    }
+    Ok(())
+}

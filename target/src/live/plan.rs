@@ -1,0 +1,318 @@
+//! The difference between the running configuration and a new one, as steps.
+//!
+//! Everything that can fail is done while planning: the new config is validated,
+//! settings that need a restart are compared, new backends are opened and resized ones
+//! reopened. Applying a plan ([`super::Live::apply`]) then only binds new listeners
+//! (undone if one fails) and swaps state in, so a refused config changes nothing.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::sync::Arc;
+
+use nvmf_common::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
+use nvmf_common::types::{Nqn, Nsid};
+
+use crate::backend::spec::NamespaceSpec;
+use crate::subsystem::{Namespace, Subsystem};
+use crate::target::{build_namespace, build_subsystem, port_info, subsystem_params, Target};
+
+/// One change to the running target.
+pub(super) enum Step {
+    AddPort(PortConfig),
+    RemovePort(u16),
+    /// Same listener; its subsystem links or referrals changed. `unlinked`: subsystems
+    /// no longer exported there, whose controllers through this port end.
+    UpdatePort {
+        port: PortConfig,
+        unlinked: Vec<String>,
+    },
+    AddSubsystem(Arc<Subsystem>),
+    RemoveSubsystem(String),
+    HostPolicy {
+        nqn: String,
+        allow_any_host: bool,
+        hosts: Vec<Nqn>,
+    },
+    AddNamespace {
+        nqn: String,
+        ns: Namespace,
+    },
+    RemoveNamespace {
+        nqn: String,
+        nsid: Nsid,
+    },
+    /// Reconfigured or resized: swapped in one step.
+    ReplaceNamespace {
+        nqn: String,
+        ns: Namespace,
+    },
+}
+
+/// Steps and their human descriptions (what `ctl` and the SIGHUP log report).
+pub(super) struct Plan {
+    pub steps: Vec<Step>,
+    pub changes: Vec<String>,
+}
+
+/// Whether ports of `trtype` can be added or removed while running.
+pub(super) type CanServe<'a> = &'a dyn Fn(TrType) -> bool;
+
+/// Plans the move from `old` to `new` on `target`. `force_resize`: namespaces to
+/// reopen even if their size looks unchanged (`ctl resize-ns`).
+pub(super) fn plan(
+    old: &Config,
+    new: &Config,
+    target: &Target,
+    can_serve: CanServe<'_>,
+    force_resize: &[(String, Nsid)],
+) -> Result<Plan, String> {
+    new.validate().map_err(|e| e.to_string())?;
+    if restart_only(old)? != restart_only(new)? {
+        return Err(
+            "settings other than ports and subsystems (transport tuning) changed: \
+             they take effect only on restart"
+                .into(),
+        );
+    }
+    let mut p = Plan {
+        steps: Vec::new(),
+        changes: Vec::new(),
+    };
+    plan_ports(old, new, can_serve, &mut p)?;
+    for s in &old.subsystems {
+        if new.subsystem(&s.nqn).is_none() {
+            p.changes.push(format!("subsystem {} removed", s.nqn));
+            p.steps.push(Step::RemoveSubsystem(s.nqn.to_string()));
+        }
+    }
+    for s in &new.subsystems {
+        match old.subsystem(&s.nqn) {
+            None => {
+                let sub = build_subsystem(s).map_err(|e| e.to_string())?;
+                p.changes.push(format!(
+                    "subsystem {} added ({} namespace(s))",
+                    s.nqn,
+                    sub.active_nsids().len()
+                ));
+                p.steps.push(Step::AddSubsystem(sub));
+            }
+            Some(o) => plan_subsystem(o, s, target, force_resize, &mut p)?,
+        }
+    }
+    for (nqn, nsid) in force_resize {
+        let listed = p.steps.iter().any(
+            |s| matches!(s, Step::ReplaceNamespace { nqn: n, ns } if n == nqn && ns.nsid == *nsid),
+        );
+        if !listed {
+            p.changes
+                .push(format!("subsystem {nqn}: namespace {nsid} size unchanged"));
+        }
+    }
+    Ok(p)
+}
+
+/// The part of a config that only a restart applies, as comparable text.
+fn restart_only(c: &Config) -> Result<String, String> {
+    let mut c = c.clone();
+    c.ports.clear();
+    c.subsystems.clear();
+    c.to_yaml().map_err(|e| e.to_string())
+}
+
+fn same_listener(a: &PortConfig, b: &PortConfig) -> bool {
+    a.trtype == b.trtype
+        && a.traddr == b.traddr
+        && a.trsvcid == b.trsvcid
+        && a.adrfam() == b.adrfam()
+}
+
+fn plan_ports(
+    old: &Config,
+    new: &Config,
+    can_serve: CanServe<'_>,
+    p: &mut Plan,
+) -> Result<(), String> {
+    let check = |port: &PortConfig| -> Result<(), String> {
+        if can_serve(port.trtype) {
+            Ok(())
+        } else {
+            Err(format!(
+                "port {}: {} ports cannot be added or removed while running; restart the target",
+                port.portid,
+                port.trtype.as_str()
+            ))
+        }
+    };
+    for o in &old.ports {
+        match new.port(o.portid) {
+            None => {
+                check(o)?;
+                p.changes.push(format!("port {} removed", o.portid));
+                p.steps.push(Step::RemovePort(o.portid));
+            }
+            Some(n) if !same_listener(o, n) => {
+                check(o)?;
+                check(n)?;
+                p.changes.push(format!(
+                    "port {} moved from {}:{} to {}:{}",
+                    o.portid, o.traddr, o.trsvcid, n.traddr, n.trsvcid
+                ));
+                p.steps.push(Step::RemovePort(o.portid));
+                p.steps.push(Step::AddPort(n.clone()));
+            }
+            Some(n) if o != n => {
+                let unlinked: Vec<String> = o
+                    .subsystems
+                    .iter()
+                    .filter(|s| !n.exports(s))
+                    .map(|s| s.to_string())
+                    .collect();
+                p.changes.push(format!(
+                    "port {}: subsystem links or referrals changed",
+                    o.portid
+                ));
+                p.steps.push(Step::UpdatePort {
+                    port: n.clone(),
+                    unlinked,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    for n in &new.ports {
+        if old.port(n.portid).is_none() {
+            check(n)?;
+            p.changes.push(format!(
+                "port {} added ({} {}:{})",
+                n.portid,
+                n.trtype.as_str(),
+                n.traddr,
+                n.trsvcid
+            ));
+            p.steps.push(Step::AddPort(n.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn plan_subsystem(
+    o: &SubsystemConfig,
+    s: &SubsystemConfig,
+    target: &Target,
+    force_resize: &[(String, Nsid)],
+    p: &mut Plan,
+) -> Result<(), String> {
+    let nqn = s.nqn.to_string();
+    let (po, pn) = (subsystem_params(o), subsystem_params(s));
+    if po.serial != pn.serial
+        || po.model != pn.model
+        || po.cntlid_min != pn.cntlid_min
+        || po.cntlid_max != pn.cntlid_max
+        || po.controller_model != pn.controller_model
+    {
+        return Err(format!(
+            "subsystem {nqn}: serial, model, cntlid range and controller model cannot \
+             change while hosts may be connected; remove the subsystem first"
+        ));
+    }
+    if o.allow_any_host != s.allow_any_host || o.allowed_hosts != s.allowed_hosts {
+        p.changes
+            .push(format!("subsystem {nqn}: allowed hosts changed"));
+        p.steps.push(Step::HostPolicy {
+            nqn: nqn.clone(),
+            allow_any_host: s.allow_any_host,
+            hosts: s.allowed_hosts.clone(),
+        });
+    }
+    let live = target.subsystem_by_name(&nqn);
+    let enabled = |c: &SubsystemConfig, id: Nsid| c.namespace(id).filter(|n| n.enable).cloned();
+    for n in o.namespaces.iter().filter(|n| n.enable) {
+        if enabled(s, n.nsid).is_none() {
+            p.changes
+                .push(format!("subsystem {nqn}: namespace {} removed", n.nsid));
+            p.steps.push(Step::RemoveNamespace {
+                nqn: nqn.clone(),
+                nsid: n.nsid,
+            });
+        }
+    }
+    for n in s.namespaces.iter().filter(|n| n.enable) {
+        let build = || build_namespace(&s.nqn, n).map_err(|e| e.to_string());
+        match enabled(o, n.nsid) {
+            None => {
+                let ns = build()?;
+                p.changes.push(format!(
+                    "subsystem {nqn}: namespace {} added ({}, {} bytes)",
+                    n.nsid,
+                    n.device_path,
+                    ns.size_bytes()
+                ));
+                p.steps.push(Step::AddNamespace {
+                    nqn: nqn.clone(),
+                    ns,
+                });
+            }
+            Some(old_n) if old_n != *n => {
+                let ns = build()?;
+                p.changes.push(format!(
+                    "subsystem {nqn}: namespace {} reconfigured ({})",
+                    n.nsid, n.device_path
+                ));
+                p.steps.push(Step::ReplaceNamespace {
+                    nqn: nqn.clone(),
+                    ns,
+                });
+            }
+            Some(_) => {
+                let current = live.as_ref().and_then(|l| l.namespace(n.nsid));
+                let forced = force_resize
+                    .iter()
+                    .any(|(q, id)| *q == nqn && *id == n.nsid);
+                let Some(cur) = current else { continue };
+                if !forced && !backing_size_changed(n, &cur) {
+                    continue;
+                }
+                if matches!(
+                    n.device_path.parse::<NamespaceSpec>(),
+                    Ok(NamespaceSpec::Ram { .. })
+                ) {
+                    // Reopening a RAM disk would lose its data; its size is its spec.
+                    continue;
+                }
+                let ns = build()?;
+                if ns.size_bytes() == cur.size_bytes() {
+                    continue;
+                }
+                p.changes.push(format!(
+                    "subsystem {nqn}: namespace {} resized from {} to {} bytes",
+                    n.nsid,
+                    cur.size_bytes(),
+                    ns.size_bytes()
+                ));
+                p.steps.push(Step::ReplaceNamespace {
+                    nqn: nqn.clone(),
+                    ns,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a file or block device backing `n` is now larger or smaller (by at least
+/// one block) than the namespace `cur` serves.
+fn backing_size_changed(n: &NamespaceConfig, cur: &Namespace) -> bool {
+    let Ok(NamespaceSpec::File(path)) = n.device_path.parse::<NamespaceSpec>() else {
+        return false;
+    };
+    let size = File::open(&path).and_then(|mut f| f.seek(SeekFrom::End(0)));
+    match size {
+        Ok(bytes) => (bytes >> cur.block_size_shift) != cur.nblocks,
+        Err(_) => false,
+    }
+}
+
+/// The port description a planned port gets.
+pub(super) fn port_of(p: &PortConfig) -> crate::params::PortInfo {
+    port_info(p)
+}

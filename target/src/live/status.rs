@@ -1,0 +1,178 @@
+//! The `status` view: ports, subsystems, namespaces, connected hosts and their queues.
+
+use serde::{Deserialize, Serialize};
+
+use nvmf_common::config::Config;
+
+use super::PortHooks;
+use crate::controller::Controller;
+use crate::target::Target;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// Discovery log generation counter.
+    pub genctr: u64,
+    pub ports: Vec<PortStatus>,
+    pub subsystems: Vec<SubsystemStatus>,
+    /// Hosts connected to the discovery subsystem.
+    pub discovery_controllers: Vec<ControllerStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStatus {
+    pub portid: u16,
+    pub trtype: String,
+    pub traddr: String,
+    pub trsvcid: String,
+    /// The bound socket address, when the transport reports one.
+    pub listening: Option<String>,
+    pub subsystems: Vec<String>,
+    pub referrals: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubsystemStatus {
+    pub nqn: String,
+    pub allow_any_host: bool,
+    pub allowed_hosts: Vec<String>,
+    pub namespaces: Vec<NamespaceStatus>,
+    pub controllers: Vec<ControllerStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceStatus {
+    pub nsid: u32,
+    pub device_path: String,
+    pub backend: String,
+    pub size_bytes: u64,
+    pub block_size: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerStatus {
+    pub cntlid: u16,
+    pub hostnqn: String,
+    pub portid: u16,
+    pub kato_ms: u32,
+    /// I/O queues connected (the admin queue not counted).
+    pub io_queues: usize,
+}
+
+fn controller(c: &Controller) -> ControllerStatus {
+    ControllerStatus {
+        cntlid: c.cntlid.0,
+        hostnqn: c.hostnqn.to_string(),
+        portid: c.port.portid,
+        kato_ms: c.kato_ms(),
+        io_queues: c.connected_io_queues(),
+    }
+}
+
+fn controllers(mut v: Vec<std::sync::Arc<Controller>>) -> Vec<ControllerStatus> {
+    v.retain(|c| !c.is_dead());
+    v.sort_by_key(|c| c.cntlid.0);
+    v.iter().map(|c| controller(c)).collect()
+}
+
+pub(super) fn collect(target: &Target, cfg: &Config, hooks: &dyn PortHooks) -> StatusView {
+    let ports = target
+        .ports()
+        .iter()
+        .map(|p| PortStatus {
+            portid: p.portid,
+            trtype: p.trtype.as_str().to_string(),
+            traddr: p.traddr.clone(),
+            trsvcid: p.trsvcid.clone(),
+            listening: hooks.port_addr(p.portid),
+            subsystems: p.subsystems.clone(),
+            referrals: p.referrals.len(),
+        })
+        .collect();
+    let subsystems = target
+        .subsystems()
+        .iter()
+        .map(|s| {
+            let sc = cfg.subsystem(&s.nqn);
+            let mut hosts: Vec<String> = s.allowed_hosts().iter().map(|h| h.to_string()).collect();
+            hosts.sort();
+            SubsystemStatus {
+                nqn: s.nqn.to_string(),
+                allow_any_host: s.allows_any_host(),
+                allowed_hosts: hosts,
+                namespaces: s
+                    .namespaces()
+                    .iter()
+                    .map(|n| NamespaceStatus {
+                        nsid: n.nsid.0,
+                        device_path: sc
+                            .and_then(|c| c.namespace(n.nsid))
+                            .map(|c| c.device_path.clone())
+                            .unwrap_or_default(),
+                        backend: n.backend.info().description.clone(),
+                        size_bytes: n.size_bytes(),
+                        block_size: n.block_size,
+                    })
+                    .collect(),
+                controllers: controllers(s.controllers()),
+            }
+        })
+        .collect();
+    StatusView {
+        genctr: target.genctr(),
+        ports,
+        subsystems,
+        discovery_controllers: controllers(target.discovery.controllers()),
+    }
+}
+
+impl std::fmt::Display for StatusView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "discovery genctr {}", self.genctr)?;
+        for p in &self.ports {
+            writeln!(
+                f,
+                "port {} {} {}:{}{} subsystems [{}] referrals {}",
+                p.portid,
+                p.trtype,
+                p.traddr,
+                p.trsvcid,
+                p.listening
+                    .as_ref()
+                    .map(|a| format!(" (listening on {a})"))
+                    .unwrap_or_default(),
+                p.subsystems.join(", "),
+                p.referrals
+            )?;
+        }
+        for s in &self.subsystems {
+            let hosts = if s.allow_any_host {
+                "any host".to_string()
+            } else {
+                format!("hosts [{}]", s.allowed_hosts.join(", "))
+            };
+            writeln!(f, "subsystem {} ({hosts})", s.nqn)?;
+            for n in &s.namespaces {
+                writeln!(
+                    f,
+                    "  namespace {} {} ({}) {} bytes, {} B blocks",
+                    n.nsid, n.device_path, n.backend, n.size_bytes, n.block_size
+                )?;
+            }
+            for c in &s.controllers {
+                writeln!(
+                    f,
+                    "  controller {} host {} port {} kato {} ms, {} I/O queue(s)",
+                    c.cntlid, c.hostnqn, c.portid, c.kato_ms, c.io_queues
+                )?;
+            }
+        }
+        for c in &self.discovery_controllers {
+            writeln!(
+                f,
+                "discovery controller {} host {} port {}",
+                c.cntlid, c.hostnqn, c.portid
+            )?;
+        }
+        Ok(())
+    }
+}
