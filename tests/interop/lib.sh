@@ -152,3 +152,16 @@ wait_port() {
   echo "FAIL: nothing listens on $1:$2"
   exit 1
 }
+
+# wait_log NAME REGEX [SECS]: waits until $LOG/NAME.log has a line matching the extended REGEX
+# (an RDMA listener cannot be probed the way wait_port probes a TCP one).
+wait_log() {
+  _n=$(( ${3:-30} * 5 ))
+  while [ "$_n" -gt 0 ]; do
+    grep -qE -- "$2" "$LOG/$1.log" 2>/dev/null && return 0
+    sleep 0.2
+    _n=$((_n - 1))
+  done
+  cat "$LOG/$1.log" 2>/dev/null
+  return 1
+}

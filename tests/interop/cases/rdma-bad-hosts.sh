@@ -4,18 +4,6 @@
 # the target keeps serving: a new perf run with verification passes. A target killed in the
 # middle of a perf run makes our host fail within seconds.
 . "$INTEROP/lib.sh"
-# wait_log NAME REGEX [SECS]: waits until $LOG/NAME.log has a line matching the extended REGEX
-# (RDMA listeners cannot be probed like wait_port does for TCP).
-wait_log() {
-  _n=$(( ${3:-30} * 5 ))
-  while [ "$_n" -gt 0 ]; do
-    grep -qE -- "$2" "$LOG/$1.log" 2>/dev/null && return 0
-    sleep 0.2
-    _n=$((_n - 1))
-  done
-  cat "$LOG/$1.log" 2>/dev/null
-  return 1
-}
 NQN=nqn.2024-01.io.nvmf-rs:bad-hosts
 I="$BIN/nvmf-initiator"
 C="-t rdma -a $GUEST_IP -s 4420"
@@ -32,7 +20,7 @@ run "small target listens" wait_log small "port 1 rdma at $GUEST_IP:4420"
 check "the kernel host's connect is refused" "! nvme connect -t rdma -a $GUEST_IP -s 4420 -n $NQN"
 check "the kernel host decoded the NVMe/RDMA reject" "dmesg | grep -qE 'Connect rejected: .*nvme status 4 '"
 check "our host's connect is refused with the reject status" \
-  "$I identify $C -n $NQN 2>&1 | tee /dev/stderr | grep -q 'NVMe/RDMA reject: invalid host SQ size'"
+  "$I identify $C -n $NQN 2>&1 | tee -a /dev/stderr | grep -q 'NVMe/RDMA reject: invalid host SQ size'"
 check "the target logged why" "grep -q 'rejecting NVMe/RDMA connect: invalid host SQ size' '$LOG/small.log'"
 check "the target still runs" "kill -0 \$(cat '$LOG/small.pid')"
 stop_bg small

@@ -4,18 +4,6 @@
 # fio --verify=crc32c random read/write at 4 KiB (QD 32) and 128 KiB (QD 8), disconnect; the
 # target's log must hold no error, warning or panic.
 . "$INTEROP/lib.sh"
-# wait_log NAME REGEX [SECS]: waits until $LOG/NAME.log has a line matching the extended REGEX
-# (RDMA listeners cannot be probed like wait_port does for TCP).
-wait_log() {
-  _n=$(( ${3:-30} * 5 ))
-  while [ "$_n" -gt 0 ]; do
-    grep -qE -- "$2" "$LOG/$1.log" 2>/dev/null && return 0
-    sleep 0.2
-    _n=$((_n - 1))
-  done
-  cat "$LOG/$1.log" 2>/dev/null
-  return 1
-}
 NQN=nqn.2024-01.io.nvmf-rs:ram0
 run "backing file" truncate -s 128M "$WORK/disk.img"
 run "config from configs/rdma.yaml" sh -c "sed -E -e 's|traddr: [0-9.]+|traddr: $GUEST_IP|' \

@@ -2,18 +2,6 @@
 # discover, identify, write/read/compare at in-capsule and RDMA READ/WRITE sizes, and verifying
 # perf runs; the target's log must hold no error, warning or panic.
 . "$INTEROP/lib.sh"
-# wait_log NAME REGEX [SECS]: waits until $LOG/NAME.log has a line matching the extended REGEX
-# (RDMA listeners cannot be probed like wait_port does for TCP).
-wait_log() {
-  _n=$(( ${3:-30} * 5 ))
-  while [ "$_n" -gt 0 ]; do
-    grep -qE -- "$2" "$LOG/$1.log" 2>/dev/null && return 0
-    sleep 0.2
-    _n=$((_n - 1))
-  done
-  cat "$LOG/$1.log" 2>/dev/null
-  return 1
-}
 NQN=nqn.2024-01.io.nvmf-rs:guest-rdma
 I="$BIN/nvmf-initiator"
 C="-t rdma -a $GUEST_IP -s 4420"
