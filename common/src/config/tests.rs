@@ -434,7 +434,10 @@ fn tcp_section() {
             "maxh2cdata: 1024",
             "tcp.maxh2cdata: 1024 is out of range: must be 4096 to 16777216",
         ),
-        ("maxh2cdata: 4098", "tcp.maxh2cdata: 4098 is not a multiple of 4"),
+        (
+            "maxh2cdata: 4098",
+            "tcp.maxh2cdata: 4098 is not a multiple of 4",
+        ),
         (
             "max_r2t_per_command: 0",
             "tcp.max_r2t_per_command: 0 is out of range: must be 1 to 256",

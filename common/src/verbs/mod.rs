@@ -246,11 +246,13 @@ pub trait ConnectRequest: Send {
     fn private_data(&self) -> &[u8];
     /// Creates the QP, runs `pre_post` on it (the caller posts its receives, so they
     /// are in place before the peer can send), then accepts, sending `private_data`
-    /// (NVMe/RDMA CM accept).
+    /// (NVMe/RDMA CM accept). When any step fails the request is rejected with
+    /// `reject_data` (NVMe/RDMA CM reject, e.g. NO_RESOURCES), so the peer learns why.
     fn accept(
         self: Box<Self>,
         init: QpInit,
         private_data: &[u8],
+        reject_data: &[u8],
         pre_post: &mut dyn FnMut(&dyn QueuePair) -> Result<(), VerbsError>,
     ) -> Result<Arc<dyn QueuePair>, VerbsError>;
     /// Refuses the connection, sending `private_data` (NVMe/RDMA CM reject).

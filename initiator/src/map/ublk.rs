@@ -388,7 +388,10 @@ fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Resul
             continue;
         }
         let since = *idle_since.get_or_insert(now);
-        if engine.inflight() > 0 && now.duration_since(since) >= SPIN_TIME {
+        if now.duration_since(since) < SPIN_TIME {
+            // Spin politely: the target and the kernel's submitters may need this core.
+            std::thread::yield_now();
+        } else if engine.inflight() > 0 {
             nq.wait(QUEUE_WAIT_SLICE);
         }
     }

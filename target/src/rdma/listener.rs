@@ -102,14 +102,17 @@ pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u
     })
 }
 
-fn reject(req: Box<dyn ConnectRequest>, sts: u16) {
+/// The NVMe/RDMA CM reject private data carrying `sts`.
+fn reject_data(sts: u16) -> [u8; CM_REJECT_LEN] {
     let mut rej = [0u8; CM_REJECT_LEN];
-    {
-        let mut r = CmReject::new_unchecked(&mut rej[..]);
-        r.set_recfmt(NVME_RDMA_CM_FMT_1_0);
-        r.set_sts(sts);
-    }
-    req.reject(&rej);
+    let mut r = CmReject::new_unchecked(&mut rej[..]);
+    r.set_recfmt(NVME_RDMA_CM_FMT_1_0);
+    r.set_sts(sts);
+    rej
+}
+
+fn reject(req: Box<dyn ConnectRequest>, sts: u16) {
+    req.reject(&reject_data(sts));
 }
 
 fn handle_request(
@@ -129,9 +132,14 @@ fn handle_request(
             return reject(req, sts);
         }
     };
-    match build_queue(req, target, port, pd, groups, qr) {
-        Ok(()) => {}
-        Err(e) => warn!(qid = qr.qid, "could not set up queue: {e}"),
+    // Whatever fails from here on is the target's shortage, not the host's mistake:
+    // the host is told NO_RESOURCES (in the reject's private data) and may retry.
+    if let Err(e) = build_queue(req, target, port, pd, groups, qr) {
+        warn!(
+            qid = qr.qid,
+            "could not set up queue, rejected with {}: {e}",
+            reject_status_name(reject_status::NO_RESOURCES)
+        );
     }
 }
 
@@ -145,17 +153,29 @@ fn build_queue(
 ) -> Result<(), VerbsError> {
     let slots = qr.recv_depth;
     let capsule_size = SQE_LEN + target.params.in_capsule_data_size as usize;
-    let nomem = || VerbsError::Provider("out of memory for queue buffers".into());
-    let recv_buf = Arc::new(DmaBuffer::new(usize::from(slots) * capsule_size).ok_or_else(nomem)?);
-    let resp_buf = Arc::new(DmaBuffer::new(usize::from(slots) * CQE_LEN).ok_or_else(nomem)?);
-    let recv_mr = pd.register(recv_buf.clone(), Access::LOCAL_WRITE)?;
-    let resp_mr = pd.register(resp_buf.clone(), Access::LOCAL_WRITE)?;
-    let group = if qr.qid == 0 || groups.len() <= 1 {
-        groups.first()
-    } else {
-        groups.get((usize::from(qr.qid) - 1) % groups.len())
-    }
-    .ok_or(VerbsError::InvalidArgument("no poll group"))?;
+    let no_resources = reject_data(reject_status::NO_RESOURCES);
+    let buffers = (|| {
+        let nomem = || VerbsError::Provider("out of memory for queue buffers".into());
+        let recv_buf =
+            Arc::new(DmaBuffer::new(usize::from(slots) * capsule_size).ok_or_else(nomem)?);
+        let resp_buf = Arc::new(DmaBuffer::new(usize::from(slots) * CQE_LEN).ok_or_else(nomem)?);
+        let recv_mr = pd.register(recv_buf.clone(), Access::LOCAL_WRITE)?;
+        let resp_mr = pd.register(resp_buf.clone(), Access::LOCAL_WRITE)?;
+        let group = if qr.qid == 0 || groups.len() <= 1 {
+            groups.first()
+        } else {
+            groups.get((usize::from(qr.qid) - 1) % groups.len())
+        }
+        .ok_or(VerbsError::InvalidArgument("no poll group"))?;
+        Ok((recv_buf, resp_buf, recv_mr, resp_mr, group))
+    })();
+    let (recv_buf, resp_buf, recv_mr, resp_mr, group) = match buffers {
+        Ok(b) => b,
+        Err(e) => {
+            req.reject(&no_resources);
+            return Err(e);
+        }
+    };
     let init = QpInit {
         pd: pd.clone(),
         send_cq: group.cq.clone(),
@@ -180,7 +200,7 @@ fn build_queue(
             verbs_wr_id(wr_kind::RECV, i)
         })
     };
-    let qp = req.accept(init, &acc, &mut pre_post)?;
+    let qp = req.accept(init, &acc, &no_resources, &mut pre_post)?;
     debug!(
         qid = qr.qid,
         slots,

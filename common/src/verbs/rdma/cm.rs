@@ -199,6 +199,7 @@ impl ConnectRequest for RdmaConnectRequest {
         mut self: Box<Self>,
         init: QpInit,
         private_data: &[u8],
+        reject_data: &[u8],
         pre_post: &mut dyn FnMut(&dyn QueuePair) -> Result<(), VerbsError>,
     ) -> Result<Arc<dyn QueuePair>, VerbsError> {
         let Some(mut id) = self.id.take() else {
@@ -211,27 +212,27 @@ impl ConnectRequest for RdmaConnectRequest {
         ) {
             Ok(l) => l,
             Err(e) => {
-                reject_id(&id, &[]);
+                reject_id(&id, reject_data);
                 return Err(e);
             }
         };
         let own = match EventChannel::new() {
             Ok(ch) => ch,
             Err(e) => {
-                reject_id(&id, &[]);
+                reject_id(&id, reject_data);
                 return Err(e);
             }
         };
         if let Err(e) = id.migrate(own) {
-            reject_id(&id, &[]);
+            reject_id(&id, reject_data);
             return Err(e);
         }
         let qp = RdmaQp::create(&self.dev, id, &init).map_err(|(e, id)| {
-            reject_id(&id, &[]);
+            reject_id(&id, reject_data);
             e
         })?;
         if let Err(e) = pre_post(qp.as_ref()) {
-            reject_id(qp.cm_id(), &[]);
+            reject_id(qp.cm_id(), reject_data);
             return Err(e);
         }
         let lim = self.dev.ctx.limits;
@@ -246,7 +247,7 @@ impl ConnectRequest for RdmaConnectRequest {
         // across the call.
         if unsafe { rdma_accept(qp.cm_id().raw, &mut param) } != 0 {
             let e = os_error("rdma_accept");
-            reject_id(qp.cm_id(), &[]);
+            reject_id(qp.cm_id(), reject_data);
             return Err(e);
         }
         debug!(

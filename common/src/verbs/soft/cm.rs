@@ -159,6 +159,7 @@ impl ConnectRequest for SoftConnectRequest {
         self: Box<Self>,
         init: QpInit,
         private_data: &[u8],
+        reject_data: &[u8],
         pre_post: &mut dyn FnMut(&dyn QueuePair) -> Result<(), VerbsError>,
     ) -> Result<Arc<dyn QueuePair>, VerbsError> {
         let mut st = self.pending.state.lock();
@@ -167,10 +168,19 @@ impl ConnectRequest for SoftConnectRequest {
             PState::Abandoned => return Err(VerbsError::Timeout),
             _ => return Err(VerbsError::ConnectionRefused),
         };
-        // On failure the request is dropped unanswered, which refuses it.
-        let passive = qp::create(&self.dev, init)?;
-        pre_post(passive.as_ref())?;
-        qp::link(&active, &passive)?;
+        let set_up = qp::create(&self.dev, init).and_then(|passive| {
+            pre_post(passive.as_ref())?;
+            qp::link(&active, &passive)?;
+            Ok(passive)
+        });
+        let passive = match set_up {
+            Ok(p) => p,
+            Err(e) => {
+                *st = PState::Rejected(reject_data.to_vec());
+                self.pending.cv.notify_all();
+                return Err(e);
+            }
+        };
         *st = PState::Accepted(private_data.to_vec());
         self.pending.cv.notify_all();
         Ok(passive)

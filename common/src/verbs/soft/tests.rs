@@ -47,7 +47,9 @@ fn connect_pair(dev: &Arc<SoftDevice>, addr: &str) -> Pair {
         let req = listener.next_request(T).unwrap();
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(64).unwrap();
-        let qp = req.accept(init(&pd, &cq), b"", &mut |_| Ok(())).unwrap();
+        let qp = req
+            .accept(init(&pd, &cq), b"", b"", &mut |_| Ok(()))
+            .unwrap();
         End { pd, cq, qp }
     });
     let pd = dev.alloc_pd().unwrap();
@@ -168,6 +170,35 @@ fn assert_dead(p: &Pair) {
 }
 
 #[test]
+fn a_failed_accept_rejects_with_the_given_private_data() {
+    let dev = SoftDevice::new();
+    let listener = dev.listen("loop0").unwrap();
+    let dev2 = Arc::clone(&dev);
+    let server = thread::spawn(move || {
+        let req = listener.next_request(T).unwrap();
+        let pd = dev2.alloc_pd().unwrap();
+        let cq = dev2.create_cq(16).unwrap();
+        req.accept(init(&pd, &cq), b"welcome", b"no resources", &mut |_| {
+            Err(VerbsError::Provider(
+                "receive buffers could not be posted".into(),
+            ))
+        })
+        .err()
+    });
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(16).unwrap();
+    let r = dev.connect("loop0", init(&pd, &cq), b"hi", &mut |_| Ok(()), T);
+    assert_eq!(
+        r.err(),
+        Some(VerbsError::Rejected(b"no resources".to_vec()))
+    );
+    assert!(matches!(
+        server.join().unwrap(),
+        Some(VerbsError::Provider(_))
+    ));
+}
+
+#[test]
 fn connect_accept_exchanges_private_data() {
     let dev = SoftDevice::new();
     let listener = dev.listen("loop0").unwrap();
@@ -179,7 +210,7 @@ fn connect_accept_exchanges_private_data() {
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(16).unwrap();
         let qp = req
-            .accept(init(&pd, &cq), b"welcome", &mut |_| Ok(()))
+            .accept(init(&pd, &cq), b"welcome", b"", &mut |_| Ok(()))
             .unwrap();
         (qp, pd, cq)
     });
@@ -291,7 +322,8 @@ fn connect_timeout_then_late_accept_fails() {
         thread::sleep(Duration::from_millis(60));
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(16).unwrap();
-        req.accept(init(&pd, &cq), b"late", &mut |_| Ok(())).err()
+        req.accept(init(&pd, &cq), b"late", b"", &mut |_| Ok(()))
+            .err()
     });
     let err = dev
         .connect(
@@ -1231,7 +1263,9 @@ fn cq_overflow_keeps_completions_and_counts() {
         let req = listener.next_request(T).unwrap();
         let pd = dev2.alloc_pd().unwrap();
         let cq = dev2.create_cq(64).unwrap();
-        let qp = req.accept(init(&pd, &cq), b"", &mut |_| Ok(())).unwrap();
+        let qp = req
+            .accept(init(&pd, &cq), b"", b"", &mut |_| Ok(()))
+            .unwrap();
         End { pd, cq, qp }
     });
     let pd = dev.alloc_pd().unwrap();
@@ -1501,7 +1535,8 @@ fn cq_attachments_are_reclaimed() {
             let req = listener.next_request(T).unwrap();
             let pd = dev2.alloc_pd().unwrap();
             let cq = dev2.create_cq(16).unwrap();
-            req.accept(init(&pd, &cq), b"", &mut |_| Ok(())).unwrap()
+            req.accept(init(&pd, &cq), b"", b"", &mut |_| Ok(()))
+                .unwrap()
         });
         let (qp, _) = dev
             .connect("attach", init(&pd, &cq), b"", &mut |_| Ok(()), T)
