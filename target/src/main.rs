@@ -111,6 +111,15 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
                 p.to_string(),
             ))
         }
+        // rdma_cm cannot listen on 127.0.0.1 (no RDMA device has it), so rdma has no
+        // default: the address picks the device.
+        None if trtype == TrType::Rdma => {
+            return Err(
+                "--transport rdma needs --listen ADDR:PORT: an address of the RDMA device's \
+                 network interface (or 0.0.0.0:4420 for every device)"
+                    .into(),
+            )
+        }
         None => None,
     };
     let nqn = match &cli.nqn {

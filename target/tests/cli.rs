@@ -122,3 +122,14 @@ fn rdma_port_without_an_rdma_device_is_refused_with_the_reason() {
     assert!(err.contains("RDMA port 1 (192.0.2.1:4420)"), "{err}");
     assert!(err.contains("no RDMA device"), "{err}");
 }
+
+#[test]
+fn rdma_without_listen_address_is_refused() {
+    let out = target()
+        .args(["--transport", "rdma", "--namespace", "null:1M"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--transport rdma needs --listen"), "{err}");
+}
