@@ -5,7 +5,8 @@
 # machine's root (9p tag "hostroot", read-only) as the lower layer of an overlay whose upper
 # layer is tmpfs, mounts the 9p tag "out" read-write at /vmout, switches root and runs
 # /vmout/job.sh as root with its output in /vmout/job.log; the last line of that log is
-# "job exit N". Then it powers the guest off.
+# "job exit N". Then it powers the guest off. /tmp is left as it is (the host's, through the
+# overlay): a checkout under /tmp must stay visible in the guest.
 set -eu
 K=$1
 OUT=$2
@@ -42,7 +43,7 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /root/vmout || fai
 for d in proc sys dev; do mount --move /\$d /root/\$d; done
 exec switch_root /root /bin/sh -c '
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
-  mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /tmp
+  mount -t tmpfs tmpfs /run
   mkdir -p /dev/pts /dev/shm; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm
   sh /vmout/job.sh >> /vmout/job.log 2>&1
   echo "job exit \$?" >> /vmout/job.log
