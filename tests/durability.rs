@@ -182,7 +182,11 @@ fn no_write_is_acknowledged_before_the_backend_completed_it() {
         DataDir::ToCtrl,
     );
     assert!(c.status.is_success());
-    assert!(t0.elapsed() >= delay, "acknowledged after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= delay,
+        "acknowledged after {:?}",
+        t0.elapsed()
+    );
     assert_eq!(ctl.writes_done(), 1);
 }
 
@@ -250,12 +254,7 @@ fn flush_after_a_failed_write_does_not_pretend_success() {
     assert_status(c.status, Sct::MediaError, media::WRITE_FAULT);
     // ...and a broadcast Flush reports a failing flush too.
     ctl.fail_flushes(true);
-    let c = exec(
-        &mut q,
-        command::flush(Nsid::BROADCAST),
-        None,
-        DataDir::None,
-    );
+    let c = exec(&mut q, command::flush(Nsid::BROADCAST), None, DataDir::None);
     assert!(!c.status.is_success(), "broadcast Flush: {}", c.status);
     ctl.clear();
     let c = exec(&mut q, command::flush(Nsid(1)), None, DataDir::None);
@@ -276,7 +275,10 @@ fn raw_pair(env: &nvmf_tests::TcpEnv, cfg: HostConfig) -> (RawTcp, RawTcp) {
     admin.init();
     let cntlid = admin.admin_up(&nqn);
     let c = admin.run(
-        with_sgl(command::set_number_of_queues(1), SglDescriptor::transport(0)),
+        with_sgl(
+            command::set_number_of_queues(1),
+            SglDescriptor::transport(0),
+        ),
         &[],
     );
     assert!(status_of(&c).is_success());
@@ -310,11 +312,18 @@ fn data_that_failed_its_digest_never_reaches_the_backend() {
     pdu[n - 10] ^= 1;
     io.send(&pdu);
     let c = io.expect_resp(cid);
-    assert_status(status_of(&c), Sct::Generic, generic::TRANSIENT_TRANSPORT_ERROR);
+    assert_status(
+        status_of(&c),
+        Sct::Generic,
+        generic::TRANSIENT_TRANSPORT_ERROR,
+    );
     // Through R2T, in two H2CData PDUs of which the second is corrupt.
     let cid = io.next_cid();
     let w = command::write(Nsid(1), 0, 16, false).unwrap_or_else(|e| panic!("{e}"));
-    io.cmd(&with_cid(with_sgl(w, SglDescriptor::transport(8192)), cid), &[]);
+    io.cmd(
+        &with_cid(with_sgl(w, SglDescriptor::transport(8192)), cid),
+        &[],
+    );
     let ttag = match io.recv() {
         Rx::R2T { ttag, .. } => ttag,
         other => panic!("{other:?}"),
@@ -328,8 +337,16 @@ fn data_that_failed_its_digest_never_reaches_the_backend() {
     pdu[n - 10] ^= 1;
     io.send(&pdu);
     let c = io.expect_resp(cid);
-    assert_status(status_of(&c), Sct::Generic, generic::TRANSIENT_TRANSPORT_ERROR);
-    assert_eq!(ctl.writes_done(), 0, "digest-failed data reached the backend");
+    assert_status(
+        status_of(&c),
+        Sct::Generic,
+        generic::TRANSIENT_TRANSPORT_ERROR,
+    );
+    assert_eq!(
+        ctl.writes_done(),
+        0,
+        "digest-failed data reached the backend"
+    );
 }
 
 #[test]
@@ -339,7 +356,10 @@ fn io_of_a_dead_association_never_reaches_the_backend() {
     // A write waits for its data...
     let cid = io.next_cid();
     let w = command::write(Nsid(1), 0, 16, false).unwrap_or_else(|e| panic!("{e}"));
-    io.cmd(&with_cid(with_sgl(w, SglDescriptor::transport(8192)), cid), &[]);
+    io.cmd(
+        &with_cid(with_sgl(w, SglDescriptor::transport(8192)), cid),
+        &[],
+    );
     let ttag = match io.recv() {
         Rx::R2T { ttag, .. } => ttag,
         other => panic!("{other:?}"),
@@ -386,5 +406,9 @@ fn io_of_a_dead_association_never_reaches_the_backend() {
         Rx::Closed => {}
         other => panic!("{other:?}"),
     }
-    assert_eq!(ctl.writes_done(), 0, "I/O of a dead association reached the backend");
+    assert_eq!(
+        ctl.writes_done(),
+        0,
+        "I/O of a dead association reached the backend"
+    );
 }

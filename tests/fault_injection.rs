@@ -33,7 +33,10 @@ fn wait_counters(env: &TcpEnv, what: &str, f: impl Fn(&nvmf_target::tcp::GroupCo
         if f(&c) {
             return;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}: {c:?}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {c:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -122,8 +125,11 @@ fn connection_cut_with_io_in_flight_leaks_nothing_and_data_verifies() {
         .target
         .subsystem_by_name(TEST_NQN)
         .unwrap_or_else(|| panic!("subsystem"));
-    let inner = open_backend(&NamespaceSpec::Ram { size: 64 << 20 }, &OpenOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let inner = open_backend(
+        &NamespaceSpec::Ram { size: 64 << 20 },
+        &OpenOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let (b, ctl) = FaultBackend::wrap(inner);
     sub.remove_namespace(Nsid(1));
     sub.add_namespace(Namespace::new(Nsid(1), b, [1; 16], [2; 16]))
@@ -201,7 +207,10 @@ fn corrupted_data_on_the_wire_fails_the_write_and_writes_nothing() {
     let mut io = NsIo::new(&v, &mut q2, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
     let mut back = vec![1u8; 4096];
     io.read(0, &mut back).unwrap_or_else(|e| panic!("{e}"));
-    assert!(back.iter().all(|&b| b == 0), "corrupted data reached the namespace");
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "corrupted data reached the namespace"
+    );
 }
 
 #[test]
@@ -311,7 +320,13 @@ fn child_target_process() {
 fn spawn_target(file: &std::path::Path) -> (Child, SocketAddr) {
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
     let mut child = Command::new(exe)
-        .args(["--exact", "child_target_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_target_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_FILE, file)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -322,7 +337,8 @@ fn spawn_target(file: &std::path::Path) -> (Child, SocketAddr) {
     let addr = loop {
         match lines.next() {
             Some(Ok(l)) => {
-                if let Some(a) = l.strip_prefix("LISTENING ") {
+                // libtest prints "test child_target_process ... " first, same line.
+                if let Some((_, a)) = l.split_once("LISTENING ") {
                     break a.trim().parse().unwrap_or_else(|e| panic!("{a}: {e}"));
                 }
             }

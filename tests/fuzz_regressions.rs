@@ -102,10 +102,12 @@ fn capture_seeds() {
                 ..TcpOptions::default()
             },
         ));
-        let mut ctrl = nvmf_tests::connect_to(&fabric, &env.nqn, 1, 32);
-        nvmf_tests::write_read_verify(&mut ctrl, 4096, 4, 8);
-        nvmf_tests::write_read_verify(&mut ctrl, 64 * 1024, 2, 4);
-        ctrl.shutdown().unwrap_or_else(|e| panic!("{e}"));
+        // Two associations (admin + one I/O queue each): in-capsule writes, then R2T.
+        for (bs, qd, count) in [(4096, 4, 8), (64 * 1024, 2, 4)] {
+            let mut ctrl = nvmf_tests::connect_to(&fabric, &env.nqn, 1, 32);
+            nvmf_tests::write_read_verify(&mut ctrl, bs, qd, count);
+            ctrl.shutdown().unwrap_or_else(|e| panic!("{e}"));
+        }
         std::thread::sleep(std::time::Duration::from_millis(200));
         let digest_bits = (u8::from(hd) << 1) | (u8::from(dd) << 2);
         for (c, rec) in proxy.recordings().iter().enumerate() {
@@ -123,7 +125,7 @@ fn capture_seeds() {
             down.extend_from_slice(&rec.to_host);
             write("tcp_framer", format!("capture-{i}-{c}-c2h.bin"), down);
             // Dispatcher records: every capsule's SQE, on the queue its connection served
-            // (connection 0 is the admin queue), SGL length from the plan.
+            // (even connections are admin queues), SGL length from the plan.
             let mut reader = PduReader::controller(ControllerConfig::default())
                 .unwrap_or_else(|e| panic!("{e}"));
             let mut rest = &rec.to_target[..];
@@ -138,7 +140,7 @@ fn capture_seeds() {
             }
             // Skip the Connect: the rig connects the queues itself.
             for sqe in sqes.iter().skip(1) {
-                records.push(if c == 0 { 0x0C } else { 0x0D });
+                records.push(if c % 2 == 0 { 0x0C } else { 0x0D });
                 records.extend_from_slice(sqe);
             }
             if !records.is_empty() {

@@ -88,7 +88,11 @@ impl Proxy {
 
     /// The recordings so far, in accept order (with `record`).
     pub fn recordings(&self) -> Vec<Recording> {
-        let all = self.recordings.lock().map(|g| g.clone()).unwrap_or_default();
+        let all = self
+            .recordings
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default();
         all.iter()
             .filter_map(|r| r.lock().ok().map(|g| g.clone()))
             .collect()

@@ -59,9 +59,15 @@ pub fn run(input: &[u8]) {
     match rig.exec(&mut q, &sqe, sgl_len, &data) {
         Done::Completed(st, _) => {
             if st.is_success() {
-                assert!(is_connect, "a non-Connect succeeded on an unconnected queue");
+                assert!(
+                    is_connect,
+                    "a non-Connect succeeded on an unconnected queue"
+                );
                 let ctrl = q.ctrl.clone();
-                assert!(ctrl.is_some_and(|c| !c.is_dead()), "connected to no live controller");
+                assert!(
+                    ctrl.is_some_and(|c| !c.is_dead()),
+                    "connected to no live controller"
+                );
             } else {
                 assert!(q.ctrl.is_none(), "a failed Connect bound the queue");
             }

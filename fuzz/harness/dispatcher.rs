@@ -66,20 +66,24 @@ pub fn run(input: &[u8]) {
             Some(l) => l,
             None => plan_len(&mut rig, q, &sqe),
         };
-        let data: Vec<u8> = (0..len as usize)
-            .map(|i| sqe[i % 64] ^ (i as u8))
-            .collect();
+        let data: Vec<u8> = (0..len as usize).map(|i| sqe[i % 64] ^ (i as u8)).collect();
         let before = dead.then(|| ram_image(&mut rig));
         match rig.exec(q, &sqe, len, &data) {
             Done::Completed(st, _) => {
                 if dead && q.qid.0 != 0 {
-                    assert!(!st.is_success() || is_harmless(&sqe), "I/O after the association ended: {st}");
+                    assert!(
+                        !st.is_success() || is_harmless(&sqe),
+                        "I/O after the association ended: {st}"
+                    );
                 }
             }
             Done::Held => assert_eq!(q.qid.0, 0, "only admin commands are held"),
         }
         if let Some(b) = before {
-            assert!(b == ram_image(&mut rig), "the namespace changed after its controller was gone");
+            assert!(
+                b == ram_image(&mut rig),
+                "the namespace changed after its controller was gone"
+            );
         }
     }
     io1.teardown();
@@ -128,7 +132,16 @@ fn ram_image(rig: &mut Rig) -> Vec<u8> {
     let Some(slice) = DmaSlice::new(buf.clone(), 0, size) else {
         return Vec::new();
     };
-    if ch.submit(u64::MAX, IoOp::Read { offset: 0, buf: slice }).is_err() {
+    if ch
+        .submit(
+            u64::MAX,
+            IoOp::Read {
+                offset: 0,
+                buf: slice,
+            },
+        )
+        .is_err()
+    {
         return Vec::new();
     }
     ch.flush();

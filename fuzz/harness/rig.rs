@@ -82,7 +82,10 @@ impl Rig {
             return self.finish(q, &req);
         }
         let plan = req.plan;
-        assert_eq!(plan.len, sgl_len, "parse accepted a length the SGL does not describe");
+        assert_eq!(
+            plan.len, sgl_len,
+            "parse accepted a length the SGL does not describe"
+        );
         assert!(
             plan.len <= self.target.params.max_io_size,
             "parse accepted a transfer above MDTS"
@@ -144,7 +147,8 @@ impl Rig {
     pub fn admin_up(&mut self, nr_io: u16) -> Option<(QueueCtx, Cntlid)> {
         let mut q = self.queue(0);
         let d = self.connect_data(Cntlid::DYNAMIC);
-        let Done::Completed(st, dw0) = self.exec(&mut q, &command::connect(Qid(0), 31, 0), 1024, &d)
+        let Done::Completed(st, dw0) =
+            self.exec(&mut q, &command::connect(Qid(0), 31, 0), 1024, &d)
         else {
             return None;
         };

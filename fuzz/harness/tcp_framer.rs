@@ -11,18 +11,19 @@ use nvmf_common::transport::tcp::{
     encode_icreq, encode_icresp, ControllerConfig, FramerError, HostConfig, Pdu, PduReader,
 };
 
+/// The largest PDU data either reader accepts.
+const MAX_DATA: u32 = 128 * 1024;
+
 fn configs(ctl: u8) -> (ControllerConfig, HostConfig) {
     let hd = ctl & 0b010 != 0;
     let dd = ctl & 0b100 != 0;
-    let c = ControllerConfig {
-        maxh2cdata: 8192,
-        max_icd: 8192,
-        ..ControllerConfig::default()
-    };
+    // The target's defaults (128 KiB H2CData, 16 KiB in-capsule data), so recorded
+    // traffic parses.
+    let c = ControllerConfig::default();
     let h = HostConfig {
         header_digest: hd,
         data_digest: dd,
-        max_c2h_data: 8192,
+        max_c2h_data: MAX_DATA,
         ..HostConfig::default()
     };
     (c, h)
@@ -138,8 +139,12 @@ fn check_term(from_controller: bool, term: &[u8], e: FramerError) {
 /// Reads every field of a PDU (lengths must be consistent with the slices).
 fn touch(p: &Pdu<'_>) {
     match p {
-        Pdu::CapsuleCmd { data, .. } => assert!(data.len() <= 8192),
-        Pdu::H2CData { data, .. } | Pdu::C2HData { data, .. } => assert!(data.len() <= 8192),
+        Pdu::CapsuleCmd { data, .. } => {
+            assert!(data.len() <= ControllerConfig::default().max_icd as usize)
+        }
+        Pdu::H2CData { data, .. } | Pdu::C2HData { data, .. } => {
+            assert!(data.len() <= MAX_DATA as usize)
+        }
         _ => {}
     }
 }

@@ -76,7 +76,8 @@ pub fn run(input: &[u8]) {
             }
         }
         9 => {
-            let _ = nvmf_initiator::controller::ControllerIdentity::parse(data, data.len() as u8 % 16);
+            let _ =
+                nvmf_initiator::controller::ControllerIdentity::parse(data, data.len() as u8 % 16);
         }
         10 => {
             let _ = nvmf_initiator::controller::NamespaceInfo::parse(Nsid(1), data);

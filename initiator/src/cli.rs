@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod map_cmd;
+mod reconnect_args;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
@@ -27,7 +28,8 @@ use nvmf_initiator::error::Error;
 use nvmf_initiator::hostnqn::{HostIdentity, IdentitySource};
 use nvmf_initiator::loopback::{start_loopback, LoopbackTarget};
 use nvmf_initiator::namespace::NsIo;
-use nvmf_initiator::perf::{self, parse::format_bytes, BsSpec, PerfOptions, Rw};
+use nvmf_initiator::perf::{self, parse::format_bytes, BsSpec, PerfOptions, PerfTarget, Rw};
+use nvmf_initiator::requeue::{Requeue, SharedSession};
 use nvmf_initiator::transport::rdma::RdmaFabric;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
@@ -127,6 +129,17 @@ pub struct ConnArgs {
     /// Per-command timeout in seconds.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,
+    /// perf, map: seconds to keep reconnecting after a lost connection (-1: forever,
+    /// 0: no reconnect); interrupted I/O is retried on the reconnected controller.
+    #[arg(
+        long = "ctrl-loss-tmo",
+        default_value_t = reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
+        allow_negative_numbers = true
+    )]
+    pub ctrl_loss_tmo: i64,
+    /// perf, map: seconds before the second reconnect attempt (doubling up to 60 s).
+    #[arg(long = "reconnect-delay", default_value_t = reconnect_args::DEFAULT_RECONNECT_DELAY_SECS)]
+    pub reconnect_delay: u64,
     /// Loopback: the target's YAML config.
     #[arg(long = "config")]
     pub config: Option<PathBuf>,
@@ -812,13 +825,15 @@ fn write(a: &WriteArgs) -> CliResult {
 }
 
 fn perf_cmd(a: &PerfArgs) -> CliResult {
+    let policy = reconnect_args::policy(a.conn.ctrl_loss_tmo, a.conn.reconnect_delay)?;
     let s = open(&a.conn)?;
     let jobs =
         u16::try_from(a.numjobs).map_err(|_| CliError::Usage("--numjobs is too large".into()))?;
     let min_q = u16::try_from(a.iodepth.saturating_add(1)).unwrap_or(u16::MAX);
     let o = connect_options(&a.conn, &s, jobs.max(1), min_q)?;
-    let mut ctrl = Controller::connect(s.fabric.clone(), o)?;
-    let mut queues = ctrl.take_io_queues();
+    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?;
+    let target = PerfTarget::from_controller(session.controller()?, Nsid(a.nsid))?;
+    let (shared, mut queues) = SharedSession::new(session)?;
     let opts = PerfOptions {
         rw: a.rw,
         rwmixread: a.rwmixread,
@@ -837,7 +852,8 @@ fn perf_cmd(a: &PerfArgs) -> CliResult {
         seed: a.seed,
         progress: a.output_format == OutputFormat::Normal,
     };
-    let report = perf::run(&ctrl, &mut queues, &opts)?;
+    let requeue = policy.map(|_| &shared as &dyn Requeue);
+    let report = perf::run_recovering(&target, &mut queues, &opts, requeue)?;
     drop(queues);
     match a.output_format {
         OutputFormat::Normal => print!("{}", report.format_normal()),
@@ -846,7 +862,13 @@ fn perf_cmd(a: &PerfArgs) -> CliResult {
     if let Some(p) = &a.latency_plot {
         perf::svg::write(&report, p)?;
     }
-    ctrl.shutdown()?;
+    let reconnects = shared.reconnects();
+    if reconnects > 0 {
+        eprintln!(
+            "note: the connection was lost and the controller reconnected {reconnects} time(s)"
+        );
+    }
+    shared.into_session().shutdown()?;
     if report.failed() {
         return Err(CliError::Failed(Error::Verify(format!(
             "{} I/O errors, {} blocks failed verification",
@@ -1078,6 +1100,8 @@ mod tests {
             hdr_digest: false,
             data_digest: false,
             timeout: 30,
+            ctrl_loss_tmo: reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
+            reconnect_delay: reconnect_args::DEFAULT_RECONNECT_DELAY_SECS,
             config: None,
             namespace: Vec::new(),
         };

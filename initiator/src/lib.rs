@@ -11,6 +11,7 @@
 //! - [`discovery`]: the discovery log page.
 //! - [`hostnqn`]: the host's NQN and host identifier.
 //! - [`reconnect`]: reconnect with back-off after a lost connection (ctrl-loss-tmo).
+//! - [`requeue`]: new I/O queues for the threads of `perf` and `map` after a reconnect.
 //! - [`perf`]: the fio-like load generator.
 //! - [`map`]: a remote namespace exported locally (an NBD server).
 //! - [`loopback`]: the in-process target used by `-t loopback`.
@@ -26,6 +27,7 @@ pub mod namespace;
 pub mod perf;
 pub mod queue;
 pub mod reconnect;
+pub mod requeue;
 pub mod transport;
 
 #[cfg(test)]

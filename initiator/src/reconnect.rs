@@ -141,6 +141,39 @@ impl Session {
         })
     }
 
+    /// Connects once, as `nvme connect` does: `ctrl_loss_tmo` and the back-off apply
+    /// to a connection that was established and then lost, not to the first attempt.
+    pub fn connect_once(
+        fabric: Arc<dyn Fabric>,
+        opts: ConnectOptions,
+        policy: ReconnectPolicy,
+    ) -> Result<Session, Error> {
+        let ctrl = Controller::connect(fabric.clone(), opts.clone())?;
+        Ok(Session {
+            fabric,
+            opts,
+            policy,
+            ctrl: Some(ctrl),
+            lost_at: None,
+            reconnects: 0,
+        })
+    }
+
+    /// The reconnect policy.
+    pub fn policy(&self) -> &ReconnectPolicy {
+        &self.policy
+    }
+
+    /// Gives the controller up as lost (a queue of it broke) and reconnects per the
+    /// policy: the old association is dropped first, so the target tears it down.
+    pub fn reconnect(&mut self) -> Result<&mut Controller, Error> {
+        if let Some(old) = self.ctrl.take() {
+            warn!(subnqn = %self.opts.subnqn, cntlid = %old.cntlid(), "controller lost: reconnecting");
+        }
+        self.lost_at.get_or_insert_with(Instant::now);
+        self.controller()
+    }
+
     /// How many times the controller was re-established.
     pub fn reconnects(&self) -> u32 {
         self.reconnects
@@ -199,6 +232,15 @@ impl Session {
         }
         self.ctrl
             .as_mut()
+            .ok_or_else(|| Error::Protocol("no controller".into()))
+    }
+
+    /// The current controller, without the means to reconnect it (for users that
+    /// cannot hand their queues back, such as ublk).
+    pub fn into_controller(mut self) -> Result<Controller, Error> {
+        self.controller()?;
+        self.ctrl
+            .take()
             .ok_or_else(|| Error::Protocol("no controller".into()))
     }
 

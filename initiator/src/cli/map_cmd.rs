@@ -18,8 +18,9 @@ use nvmf_common::types::Nsid;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::error::Error;
 use nvmf_initiator::map::{self, Listen, Listener, MapOptions, Stopper};
+use nvmf_initiator::requeue::{Requeue, SharedSession};
 
-use super::{connect_options, open, CliError, CliResult, ConnArgs};
+use super::{connect_options, open, reconnect_args, CliError, CliResult, ConnArgs};
 
 /// I/O queues (= NBD worker threads) when `-i` is not given.
 const DEFAULT_MAP_QUEUES: u16 = 2;
@@ -92,15 +93,11 @@ fn block_stop_signals() -> Result<SignalFd, CliError> {
 }
 
 pub fn map_cmd(a: &MapArgs) -> CliResult {
-    let listen = if a.ublk {
-        // Not used by ublk; MapOptions carries it for the NBD server only.
-        Listen::Unix(PathBuf::new())
-    } else {
-        listen_addr(a)?
-    };
+    let listen = if a.ublk { None } else { Some(listen_addr(a)?) };
     if a.iodepth == Some(0) {
         return Err(CliError::Usage("--iodepth must be at least 1".into()));
     }
+    let policy = reconnect_args::policy(a.conn.ctrl_loss_tmo, a.conn.reconnect_delay)?;
     let signals = block_stop_signals()?;
     let s = open(&a.conn)?;
     let min_q = a
@@ -111,22 +108,30 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
     if a.conn.nr_io_queues.is_none() {
         o.nr_io_queues = DEFAULT_MAP_QUEUES;
     }
-    let mut ctrl = Controller::connect(s.fabric.clone(), o)?;
-    let mut queues = ctrl.take_io_queues();
+    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?;
     let opts = MapOptions {
-        listen,
         nsid: Nsid(a.nsid),
         export_name: a.export_name.clone(),
         depth: a.iodepth.map(|d| d as usize),
     };
-    let ns = ctrl.namespace(opts.nsid)?.clone();
-    if a.ublk {
+    let Some(listen) = listen else {
+        // ublk keeps its queues for the device's lifetime: no reconnect there.
+        let mut ctrl = session.into_controller()?;
+        let queues = ctrl.take_io_queues();
         return ublk_cmd(ctrl, queues, &opts, signals);
-    }
-    let listener = Listener::bind(&opts.listen).map_err(|e| {
+    };
+    let ctrl = session.controller()?;
+    let ns = ctrl.namespace(opts.nsid)?.clone();
+    let subnqn = ctrl.id_ctrl().subnqn.clone();
+    let export = map::export_for(ctrl, &opts)?;
+    let fabric = ctrl.fabric().clone();
+    // Worker i drives queue i; after a lost connection it takes queue i of the
+    // reconnected controller.
+    let (shared, mut queues) = SharedSession::new(session)?;
+    let listener = Listener::bind(&listen).map_err(|e| {
         CliError::Failed(Error::Io(std::io::Error::new(
             e.kind(),
-            format!("{}: {e}", opts.listen),
+            format!("{listen}: {e}"),
         )))
     })?;
     let local = listener.local()?;
@@ -140,7 +145,7 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
         "nsid {} of {} ({} bytes, {}-byte blocks) exported over NBD at {} ({} queues x {} commands); \
          stop with SIGINT/SIGTERM",
         ns.nsid,
-        ctrl.id_ctrl().subnqn,
+        subnqn,
         ns.size_bytes(),
         ns.block_size,
         local.uri(&opts.export_name),
@@ -151,10 +156,19 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
 
     let stop = Arc::new(Stopper::new()?);
     watch_signals(signals, stop.clone())?;
-    let served = map::serve(&ctrl, &mut queues, &listener, &opts, &stop);
+    let requeue = policy.map(|_| &shared as &dyn Requeue);
+    let served = map::serve_recovering(
+        export,
+        &fabric,
+        &mut queues,
+        &listener,
+        &opts,
+        &stop,
+        requeue,
+    );
     drop(listener);
     drop(queues);
-    let shut = ctrl.shutdown();
+    let shut = shared.into_session().shutdown();
     let stats = served?;
     shut?;
     eprintln!(

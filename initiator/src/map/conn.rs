@@ -32,8 +32,13 @@ pub struct Conn {
     pub structured: bool,
     /// The largest WRITE payload accepted (larger ones end the connection).
     max_payload: u32,
+    /// Input buffer: `rbuf[rstart..rend]` holds bytes not yet parsed. Allocated once
+    /// (zeroed once), grown only for a WRITE larger than it.
     rbuf: Vec<u8>,
     rstart: usize,
+    rend: usize,
+    /// Bytes the request at `rstart` needs in all (header and payload), once known.
+    want: usize,
     wbuf: Vec<u8>,
     wpos: usize,
     /// Requests parsed and not yet answered.
@@ -50,8 +55,10 @@ impl Conn {
             stream,
             structured,
             max_payload,
-            rbuf: Vec::with_capacity(READ_CHUNK),
+            rbuf: vec![0; 2 * READ_CHUNK],
             rstart: 0,
+            rend: 0,
+            want: REQUEST_LEN,
             wbuf: Vec::with_capacity(READ_CHUNK),
             wpos: 0,
             inflight: 0,
@@ -62,49 +69,48 @@ impl Conn {
 
     /// Reads what the socket has (non-blocking).
     pub fn fill(&mut self) -> io::Result<ReadState> {
-        if self.rstart > 0 && self.rstart == self.rbuf.len() {
-            self.rbuf.clear();
+        if self.rstart == self.rend {
             self.rstart = 0;
-        } else if self.rstart > READ_CHUNK {
-            self.rbuf.drain(..self.rstart);
-            self.rstart = 0;
+            self.rend = 0;
         }
-        let old = self.rbuf.len();
-        self.rbuf.resize(old + READ_CHUNK, 0);
+        // Room for a read of READ_CHUNK, or for the rest of the request being parsed.
+        let need = READ_CHUNK.max(self.want);
+        if self.rbuf.len() - self.rend < need {
+            if self.rstart > 0 {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            }
+            if self.rbuf.len() - self.rend < need {
+                self.rbuf.resize(self.rend + need, 0);
+            }
+        }
         let r = loop {
             match self
                 .stream
-                .read(self.rbuf.get_mut(old..).unwrap_or_default())
+                .read(self.rbuf.get_mut(self.rend..).unwrap_or_default())
             {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 r => break r,
             }
         };
         match r {
-            Ok(0) => {
-                self.rbuf.truncate(old);
-                Ok(ReadState::Eof)
-            }
+            Ok(0) => Ok(ReadState::Eof),
             Ok(n) => {
-                self.rbuf.truncate(old + n);
+                self.rend += n;
                 Ok(ReadState::Data)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.rbuf.truncate(old);
-                Ok(ReadState::Empty)
-            }
-            Err(e) => {
-                self.rbuf.truncate(old);
-                Err(e)
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadState::Empty),
+            Err(e) => Err(e),
         }
     }
 
     /// The next whole request and its payload (copied into `payload`, which is cleared
     /// first); `Ok(None)` when more bytes are needed; `Err` on a protocol violation.
     pub fn next_request(&mut self, payload: &mut Vec<u8>) -> Result<Option<Request>, String> {
-        let avail = self.rbuf.get(self.rstart..).unwrap_or_default();
+        let avail = self.rbuf.get(self.rstart..self.rend).unwrap_or_default();
         let Some(r) = Request::parse(avail) else {
+            self.want = REQUEST_LEN;
             return Ok(None);
         };
         if r.magic != proto::REQUEST_MAGIC {
@@ -122,11 +128,13 @@ impl Conn {
             0
         };
         let Some(data) = avail.get(REQUEST_LEN..REQUEST_LEN + plen) else {
+            self.want = REQUEST_LEN + plen;
             return Ok(None);
         };
         payload.clear();
         payload.extend_from_slice(data);
         self.rstart += REQUEST_LEN + plen;
+        self.want = REQUEST_LEN;
         Ok(Some(r))
     }
 

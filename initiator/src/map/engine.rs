@@ -6,6 +6,8 @@
 //! [`super::plan`] and their commands issued as slots free up ([`Engine::submit`]); a
 //! request is [`Done`] when its last command completed ([`Engine::complete`]), with
 //! the READ data assembled and the first error (as an NBD/errno value) kept.
+//! When the queue breaks, [`Engine::lost`] retries the commands that were in flight on
+//! the next queue or fails their requests with EIO.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -67,6 +69,8 @@ pub struct Engine {
     pool: Vec<Vec<u8>>,
     inflight: usize,
     commands: u64,
+    /// Slots whose command was in flight on a queue that broke: issued again first.
+    retry: Vec<usize>,
 }
 
 impl Engine {
@@ -100,6 +104,7 @@ impl Engine {
             pool: Vec::new(),
             inflight: 0,
             commands: 0,
+            retry: Vec::new(),
         })
     }
 
@@ -109,7 +114,7 @@ impl Engine {
 
     /// NVMe commands in flight.
     pub fn inflight(&self) -> usize {
-        self.inflight
+        self.inflight + self.retry.len()
     }
 
     /// NVMe commands issued so far.
@@ -171,6 +176,17 @@ impl Engine {
     pub fn submit(&mut self, q: &mut Queue, done: &mut Vec<Done>) -> Result<bool, Error> {
         let mut any = false;
         let now = Instant::now();
+        while let Some(&s) = self.retry.last() {
+            let Some((id, piece)) = self.slots.get(s).map(|sl| (sl.req, sl.piece)) else {
+                self.retry.pop();
+                continue;
+            };
+            self.issue(q, s, id, piece, now)?;
+            self.retry.pop();
+            self.inflight += 1;
+            self.commands += 1;
+            any = true;
+        }
         while let Some(&id) = self.ready.front() {
             let Some(&s) = self.free_slots.last() else {
                 break;
@@ -336,6 +352,41 @@ impl Engine {
                 self.ready.remove(p);
             }
             self.finish(id, done);
+        }
+    }
+
+    /// The queue broke: the commands in flight on it are issued again on the next
+    /// queue (`retry`) or their requests fail with EIO, and go to `done` once nothing
+    /// of them is in flight. Call before giving [`Engine::submit`] a new queue.
+    pub fn lost(&mut self, retry: bool, done: &mut Vec<Done>) {
+        let lost: Vec<usize> = (0..self.slots.len())
+            .filter(|s| !self.free_slots.contains(s) && !self.retry.contains(s))
+            .collect();
+        self.inflight = 0;
+        if retry {
+            self.retry.extend(lost);
+            return;
+        }
+        let mut fail: Vec<usize> = std::mem::take(&mut self.retry);
+        fail.extend(lost);
+        for s in fail {
+            self.free_slots.push(s);
+            let Some(id) = self.slots.get(s).map(|sl| sl.req) else {
+                continue;
+            };
+            let Some(Some(req)) = self.reqs.get_mut(id) else {
+                continue;
+            };
+            req.outstanding = req.outstanding.saturating_sub(1);
+            req.error
+                .get_or_insert((errno::EIO, "connection to the target lost".into()));
+            if req.outstanding == 0 {
+                req.plan.abandon();
+                if let Some(p) = self.ready.iter().position(|&r| r == id) {
+                    self.ready.remove(p);
+                }
+                self.finish(id, done);
+            }
         }
     }
 

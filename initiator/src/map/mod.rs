@@ -62,10 +62,9 @@ pub const PREFERRED_BLOCK: u32 = 4096;
 /// Time a client has to finish its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What to export and where.
+/// What to export (where is the [`Listener`] given to [`serve`]).
 #[derive(Debug, Clone)]
 pub struct MapOptions {
-    pub listen: Listen,
     pub nsid: Nsid,
     /// The export's name (the default export `""` is served too).
     pub export_name: String,
@@ -165,14 +164,29 @@ pub fn serve(
     o: &MapOptions,
     stop: &Stopper,
 ) -> Result<MapStats, Error> {
+    let export = export_for(ctrl, o)?;
+    serve_recovering(export, ctrl.fabric(), queues, listener, o, stop, None)
+}
+
+/// [`serve`] with the export computed beforehand ([`export_for`]); a worker whose
+/// queue breaks takes its queue of the reconnected controller from `requeue` (worker
+/// `i` uses queue `i`) and goes on.
+pub fn serve_recovering(
+    (export, geometry): (Export, plan::Geometry),
+    fabric: &Arc<dyn crate::transport::Fabric>,
+    queues: &mut [Queue],
+    listener: &Listener,
+    o: &MapOptions,
+    stop: &Stopper,
+    requeue: Option<&dyn crate::requeue::Requeue>,
+) -> Result<MapStats, Error> {
     if queues.is_empty() {
         return Err(Error::InvalidArgument(
             "map needs at least one I/O queue".into(),
         ));
     }
-    let (export, geometry) = export_for(ctrl, o)?;
     let export = Arc::new(export);
-    let fabric = ctrl.fabric().clone();
+    let fabric = fabric.clone();
     let mut handles = Vec::with_capacity(queues.len());
     let mut receivers = Vec::with_capacity(queues.len());
     for _ in 0..queues.len() {
@@ -200,7 +214,9 @@ pub fn serve(
                     let Some(handle) = handle else {
                         return Err(Error::Protocol("worker without a handle".into()));
                     };
-                    let r = worker::run(q, fabric, cfg, handle, &rx, &stop.flag);
+                    let recovery =
+                        requeue.map(|source| crate::requeue::Recovery { source, index: i });
+                    let r = worker::run(q, fabric, cfg, handle, &rx, &stop.flag, recovery);
                     if let Err(e) = &r {
                         warn!(error = %e, "NBD worker failed; stopping the server");
                         stop.trigger();

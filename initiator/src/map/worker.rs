@@ -8,6 +8,10 @@
 //! queue in short slices; when idle it sleeps in `poll(2)` on the sockets and its wake
 //! eventfd (new connection, stop). On stop it reads no more requests, finishes what is
 //! in flight, sends those replies, and closes its connections.
+//!
+//! With a [`Recovery`], a broken queue (lost connection, command timeout) does not end
+//! the worker: the commands in flight are retried on the reconnected controller's
+//! queue, or their requests fail with EIO, per the retry policy; connections stay.
 
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,6 +32,7 @@ use super::proto::{self, Request};
 use super::stream::Stream;
 use crate::error::Error;
 use crate::queue::{Completion, Queue};
+use crate::requeue::{Generation, Recovery};
 use crate::transport::Fabric;
 
 /// How long the loop spins without progress before it blocks.
@@ -104,7 +109,8 @@ struct Worker<'a> {
 }
 
 /// Runs a worker on `q` until `stop` is set and its connections are drained. An
-/// `Err` means the queue failed (the caller stops the server).
+/// `Err` means the queue failed and `recovery` could not replace it (the caller stops
+/// the server).
 pub fn run(
     q: &mut Queue,
     fabric: &Arc<dyn Fabric>,
@@ -112,6 +118,7 @@ pub fn run(
     handle: &WorkerHandle,
     rx: &Receiver<NewConn>,
     stop: &AtomicBool,
+    recovery: Option<Recovery<'_>>,
 ) -> Result<WorkerStats, Error> {
     let depth = cfg.depth.min(q.capacity()).max(1);
     let mut w = Worker {
@@ -122,7 +129,34 @@ pub fn run(
         done: Vec::new(),
         stats: WorkerStats::default(),
     };
-    let r = w.drive(q, rx, stop);
+    let mut generation = Generation::default();
+    let r = loop {
+        match w.drive(q, rx, stop) {
+            Err(e) if q.is_broken() || e.is_fatal() => {
+                let Some(rc) = recovery else {
+                    break Err(e);
+                };
+                let inflight = w.engine.inflight();
+                warn!(qid = %q.qid(), inflight, "I/O queue lost ({e}); reconnecting");
+                w.engine.lost(rc.retries(), &mut w.done);
+                w.answer();
+                match rc.source.replace(rc.index, generation) {
+                    Ok((nq, g)) => {
+                        *q = nq;
+                        generation = g;
+                    }
+                    Err(e) => {
+                        // Lost past ctrl-loss-tmo: what waited for a retry fails now.
+                        w.engine.lost(false, &mut w.done);
+                        w.answer();
+                        let _ = w.write_replies();
+                        break Err(e);
+                    }
+                }
+            }
+            other => break other,
+        }
+    };
     for c in w.conns.iter().flatten() {
         c.stream.shutdown();
     }

@@ -7,6 +7,11 @@
 //! Per I/O there is no allocation, no lock and no formatting; clocks are read once per
 //! submit batch and once per poll. Housekeeping (end of run, command timeouts,
 //! progress counters) runs every [`HOUSEKEEPING`].
+//!
+//! With a [`Recovery`] a broken queue (lost connection, command timeout) does not end
+//! the job: the commands in flight on it are retried on the queue of the reconnected
+//! controller ([`RetryPolicy::Retry`]: same blocks, same data, the original submit time
+//! so the latency includes the outage) or counted as errors ([`RetryPolicy::Fail`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,6 +26,8 @@ use super::verify::{self, VerifyFailure};
 use crate::command;
 use crate::error::Error;
 use crate::queue::{Completion, Queue};
+use crate::reconnect::RetryPolicy;
+use crate::requeue::{Generation, Recovery};
 use crate::transport::{DataDir, IoBuf};
 
 /// How long the loop polls without a completion before it blocks in `wait`. While
@@ -192,6 +199,14 @@ struct Job<'a> {
     out: JobOutcome,
     last_record: Option<Instant>,
     failed: bool,
+    /// Slots with no command in flight (a stack).
+    free: Vec<usize>,
+    /// Slots whose command was in flight on a queue that broke: submitted again first.
+    retry: Vec<usize>,
+    /// Commands in flight on the current queue.
+    inflight: usize,
+    /// Whether host timeouts are retried after a reconnect rather than counted.
+    recovering: bool,
     /// Every successful completion, ramp included (for the progress line).
     done_ios: u64,
     done_bytes: u64,
@@ -199,13 +214,15 @@ struct Job<'a> {
 
 /// Runs one job on `q` with one buffer per slot (`bufs.len() >= iodepth`, each at least
 /// `max_blocks` blocks). Returns what it measured: I/O errors, timeouts and a broken
-/// queue end the job and are counted there; only a bad setup is an `Err`.
+/// queue end the job and are counted there (unless `recovery` replaces the queue);
+/// only a bad setup is an `Err`.
 pub fn run_job(
     q: &mut Queue,
     cfg: &JobConfig,
     bufs: &[IoBuf],
     progress: &JobProgress,
     stop: &AtomicBool,
+    recovery: Option<Recovery<'_>>,
 ) -> Result<JobOutcome, Error> {
     let depth = cfg.iodepth as usize;
     if bufs.len() < depth || cfg.units == 0 {
@@ -260,16 +277,41 @@ pub fn run_job(
         },
         last_record: None,
         failed: false,
+        free: (0..depth).rev().collect(),
+        retry: Vec::new(),
+        inflight: 0,
+        recovering: recovery.is_some_and(|r| r.source.retry_policy() == RetryPolicy::Retry),
         done_ios: 0,
         done_bytes: 0,
     };
-    let mut r = job.drive(q, Phase::Main);
-    if r.is_ok() && cfg.verify && cfg.rw.writes() && !job.failed {
-        r = job.drive(q, Phase::Readback);
-    }
-    if let Err(e) = r {
-        // A broken queue ends the job; what was measured so far is still reported.
-        job.record_error(&e);
+    let mut generation = Generation::default();
+    let mut phase = Phase::Main;
+    loop {
+        match job.drive(q, phase) {
+            Ok(()) if phase == Phase::Main && cfg.verify && cfg.rw.writes() && !job.failed => {
+                phase = Phase::Readback;
+            }
+            Ok(()) => break,
+            Err(e) => {
+                let Some(rc) = recovery.filter(|_| q.is_broken() || e.is_fatal()) else {
+                    // A broken queue ends the job; what was measured so far is reported.
+                    job.record_error(&e);
+                    break;
+                };
+                match job.recover(q, rc, &mut generation, &e) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        // Lost past ctrl-loss-tmo: each command waiting for a retry failed.
+                        let waiting = job.retry.len().max(1) as u64;
+                        job.retry.clear();
+                        job.record_error(&e);
+                        job.out.errors += waiting - 1;
+                        break;
+                    }
+                }
+            }
+        }
     }
     job.publish();
     let end = job.last_record.unwrap_or(cfg.ramp_end);
@@ -404,14 +446,18 @@ impl Job<'_> {
         Ok(true)
     }
 
-    /// Accounts one completion.
-    fn finish(&mut self, c: &Completion, now: Instant, phase: Phase) {
+    /// Accounts one completion. Returns false when the command is to be retried after
+    /// a reconnect (a host timeout while recovering) rather than its slot freed.
+    fn finish(&mut self, c: &Completion, now: Instant, phase: Phase) -> bool {
         let Some(slot) = self.slots.get(c.tag as usize).copied() else {
-            return;
+            return true;
         };
         let cfg = self.cfg;
         let bs = cfg.block_size as usize;
         let len = slot.nblocks as usize * bs;
+        if self.recovering && c.is_host_timeout() {
+            return false;
+        }
         if !c.status.is_success() {
             self.out.errors += 1;
             self.failed = true;
@@ -427,7 +473,7 @@ impl Job<'_> {
                     slot.nblocks, slot.lba
                 ));
             }
-            return;
+            return true;
         }
         if phase == Phase::Main {
             self.done_ios += 1;
@@ -458,6 +504,7 @@ impl Job<'_> {
             }
             self.last_record = Some(now);
         }
+        true
     }
 
     fn verify_completion(&mut self, slot: &Slot, s: usize, len: usize, phase: Phase) {
@@ -491,17 +538,16 @@ impl Job<'_> {
 
     fn drive(&mut self, q: &mut Queue, phase: Phase) -> Result<(), Error> {
         let depth = self.cfg.iodepth as usize;
-        let mut free: Vec<usize> = (0..depth).rev().collect();
         let mut comps: Vec<Completion> = Vec::with_capacity(depth * 2);
-        let mut inflight = 0usize;
         let mut idle_since: Option<Instant> = None;
         let mut stop_submit = false;
         let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
+        self.resubmit_retries(q)?;
         loop {
             if !stop_submit {
                 let now = Instant::now();
                 let mut submitted = 0usize;
-                while let Some(&s) = free.last() {
+                while let Some(&s) = self.free.last() {
                     let Some(p) = self.next_io(phase) else {
                         stop_submit = true;
                         break;
@@ -510,8 +556,8 @@ impl Job<'_> {
                         stop_submit = true;
                         break;
                     }
-                    free.pop();
-                    inflight += 1;
+                    self.free.pop();
+                    self.inflight += 1;
                     submitted += 1;
                 }
                 if submitted > 0 {
@@ -522,12 +568,22 @@ impl Job<'_> {
             let polled = q.poll(&mut comps);
             let now = Instant::now();
             for c in comps.iter() {
-                self.finish(c, now, phase);
-                free.push(c.tag as usize);
-                inflight = inflight.saturating_sub(1);
+                if self.finish(c, now, phase) {
+                    self.free.push(c.tag as usize);
+                } else {
+                    self.retry.push(c.tag as usize);
+                }
+                self.inflight = self.inflight.saturating_sub(1);
             }
             // A protocol error leaves the queue broken: stop (the caller records it).
             polled?;
+            if !self.retry.is_empty() {
+                return Err(Error::Timeout(format!(
+                    "{} command(s) on queue {} got no response before the command timeout",
+                    self.retry.len(),
+                    q.qid()
+                )));
+            }
             if self.failed {
                 stop_submit = true;
             }
@@ -552,10 +608,84 @@ impl Job<'_> {
                 let _ = q.expire(now);
                 self.publish();
             }
-            if stop_submit && inflight == 0 {
+            if stop_submit && self.inflight == 0 {
                 return Ok(());
             }
         }
+    }
+
+    /// Submits again the commands that were in flight when the previous queue broke.
+    fn resubmit_retries(&mut self, q: &mut Queue) -> Result<(), Error> {
+        if self.retry.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        while let Some(&s) = self.retry.last() {
+            let Some(slot) = self.slots.get(s).copied() else {
+                self.retry.pop();
+                continue;
+            };
+            let len = slot.nblocks as usize * self.cfg.block_size as usize;
+            let no_buf = || Error::InvalidArgument(format!("slot {s} has no {len}-byte buffer"));
+            let whole = self.bufs.get(s).ok_or_else(no_buf)?;
+            let data = whole.slice(0, len).ok_or_else(no_buf)?;
+            // The slot's buffer still holds the write's data (stamp and all).
+            let (sqe, dir) = if slot.write {
+                (
+                    command::write(self.cfg.nsid, slot.lba, slot.nblocks, false)?,
+                    DataDir::ToCtrl,
+                )
+            } else {
+                (
+                    command::read(self.cfg.nsid, slot.lba, slot.nblocks, false)?,
+                    DataDir::FromCtrl,
+                )
+            };
+            q.submit_at(sqe, Some(&data), dir, s as u64, now)?;
+            self.retry.pop();
+            self.inflight += 1;
+        }
+        q.flush()
+    }
+
+    /// The queue broke with `e`: what was in flight on it is retried or failed per the
+    /// policy. `Ok(true)`: the job continues on a new queue (the controller
+    /// reconnected); `Ok(false)`: it ends (the failures are recorded).
+    fn recover(
+        &mut self,
+        q: &mut Queue,
+        rc: Recovery<'_>,
+        generation: &mut Generation,
+        e: &Error,
+    ) -> Result<bool, Error> {
+        let depth = self.cfg.iodepth as usize;
+        let mut lost: Vec<usize> = (0..depth)
+            .filter(|s| !self.free.contains(s) && !self.retry.contains(s))
+            .collect();
+        self.inflight = 0;
+        tracing::warn!(
+            job = self.cfg.index,
+            qid = %q.qid(),
+            in_flight = lost.len(),
+            "I/O queue lost ({e}); waiting for the controller to reconnect"
+        );
+        match rc.source.retry_policy() {
+            RetryPolicy::Retry => self.retry.append(&mut lost),
+            RetryPolicy::Fail => {
+                // Each command in flight failed; the job ends as on any I/O error
+                // (fio without continue_on_error).
+                self.retry.clear();
+                let failed = lost.len().max(1) as u64;
+                self.free.append(&mut lost);
+                self.record_error(e);
+                self.out.errors += failed - 1;
+                return Ok(false);
+            }
+        }
+        let (nq, g) = rc.source.replace(rc.index, *generation)?;
+        *q = nq;
+        *generation = g;
+        Ok(true)
     }
 
     /// Makes the counters visible to the progress line.

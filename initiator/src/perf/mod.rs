@@ -8,6 +8,8 @@
 //! recorded per I/O into HDR histograms (nanoseconds); the report has IOPS and
 //! bandwidth per job and in total, percentiles, CPU time of the process, an IOPS
 //! timeline, and renders as text, JSON (fio-like field names) or an SVG plot.
+//! [`run_recovering`] survives a lost connection: jobs go on, on the queues of the
+//! reconnected controller.
 
 pub mod job;
 pub mod parse;
@@ -30,6 +32,7 @@ use crate::controller::{Controller, NamespaceInfo};
 use crate::error::Error;
 use crate::namespace::max_blocks_per_command;
 use crate::queue::Queue;
+use crate::requeue::{Recovery, Requeue};
 use crate::transport::{Fabric, IoBuf};
 
 pub use job::{DirStats, JobOutcome, VerifySummary};
@@ -217,6 +220,17 @@ fn plan(t: &PerfTarget, queues: &[Queue], o: &PerfOptions) -> Result<Layout, Err
 
 /// [`run`] with explicit target facts (for callers that no longer hold the controller).
 pub fn run_on(t: &PerfTarget, queues: &mut [Queue], o: &PerfOptions) -> Result<PerfReport, Error> {
+    run_recovering(t, queues, o, None)
+}
+
+/// [`run_on`] where a job whose queue breaks takes queue `index` (its job number) of
+/// the reconnected controller from `requeue` and goes on (see [`job`]).
+pub fn run_recovering(
+    t: &PerfTarget,
+    queues: &mut [Queue],
+    o: &PerfOptions,
+    requeue: Option<&dyn Requeue>,
+) -> Result<PerfReport, Error> {
     let layout = plan(t, queues, o)?;
     let bs = t.ns.block_size;
     let buf_len = layout.max_blocks as usize * bs as usize;
@@ -279,9 +293,13 @@ pub fn run_on(t: &PerfTarget, queues: &mut [Queue], o: &PerfOptions) -> Result<P
             .zip(bufs.iter().zip(progress.iter()))
         {
             let stop = &stop;
+            let recovery = requeue.map(|source| Recovery {
+                source,
+                index: cfg.index as usize,
+            });
             let h = std::thread::Builder::new()
                 .name(format!("perf-job{}", cfg.index))
-                .spawn_scoped(s, move || job::run_job(q, cfg, b, p, stop));
+                .spawn_scoped(s, move || job::run_job(q, cfg, b, p, stop, recovery));
             handles.push(h);
         }
         let mut last_draw = Instant::now();

@@ -81,6 +81,9 @@ const DIRECT_READ_MAX: usize = 2;
 /// A connection with more than this queued for the socket is not read until the
 /// host takes some (its commands would only queue more).
 const TX_HIGH_WATER: usize = 8 << 20;
+/// Bytes of each PDU's start kept for termination requests and digest errors: the
+/// longest header those read (a CapsuleCmd's).
+const HDR_KEEP: usize = CMD_HDR_LEN;
 /// Epoll events taken per wait.
 const EPOLL_BATCH: usize = 64;
 /// Epoll tokens: connections use `gen << 16 | index` (below 2^32).
@@ -772,15 +775,10 @@ impl Group {
             return;
         };
         loop {
-            let used = match reader.feed(input) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.framer_fatal(ci, &reader, e);
-                    return;
-                }
-            };
+            // A PDU that lies whole in `input` is checked and handled where it is.
+            let (used, out) = reader.read(input);
             if let Some(c) = self.conn_mut(ci) {
-                let room = MAX_TERM_DATA.saturating_sub(c.hdr_len);
+                let room = HDR_KEEP.saturating_sub(c.hdr_len);
                 let take = used.min(room);
                 if let (Some(dst), Some(src)) = (
                     c.hdr.get_mut(c.hdr_len..c.hdr_len + take),
@@ -791,7 +789,7 @@ impl Group {
                 }
             }
             input = input.get(used..).unwrap_or(&[]);
-            match reader.poll() {
+            match out {
                 None => break,
                 Some(Ok(Pdu::IcReq(_))) => {
                     let n = reader.negotiated();

@@ -17,9 +17,9 @@ use super::pool::PoolBuf;
 use crate::backend::DmaSlice;
 
 /// Data at least this long is sent from the pool buffer instead of being copied.
-pub const ZERO_COPY_MIN: usize = 16 * 1024;
+pub const ZERO_COPY_MIN: usize = 1024;
 /// Most iovecs per `writev`.
-const MAX_IOV: usize = 256;
+const MAX_IOV: usize = 1024;
 /// The byte buffer is compacted when this much of its front has been written.
 const COMPACT_AT: usize = 1 << 20;
 

@@ -322,6 +322,56 @@ impl PduReader {
         Some(Ok(self.parse()))
     }
 
+    /// [`feed`](PduReader::feed) and [`poll`](PduReader::poll) in one call, without
+    /// copying when it can: consumes bytes up to the end of one PDU and returns how
+    /// many, with what `poll` would then return. A PDU that lies whole in `bytes` (and
+    /// starts it, with no partial PDU buffered) is checked where it is and handed out
+    /// borrowing `bytes`; every check, error and later state is the same as when it
+    /// goes through the reader's buffer. `None` means every byte was consumed and the
+    /// PDU is not complete yet. After a fatal error the count is 0 and the error is
+    /// returned (the reader is poisoned, as with `feed`).
+    pub fn read<'a>(
+        &'a mut self,
+        bytes: &'a [u8],
+    ) -> (usize, Option<Result<Pdu<'a>, FramerError>>) {
+        if self.stage == Stage::Taken {
+            self.filled = 0;
+            self.digest_error = None;
+            self.stage = Stage::Common;
+        }
+        if self.error.is_none() && self.stage == Stage::Common && self.filled == 0 {
+            if let Some(done) = self.read_in_place(bytes) {
+                return done;
+            }
+        }
+        match self.feed(bytes) {
+            Ok(n) => (n, self.poll()),
+            Err(e) => (0, Some(Err(e))),
+        }
+    }
+
+    /// The PDU at the start of `bytes` when it is complete there and passes every
+    /// check; `None` sends the bytes through the buffer instead (an incomplete PDU, an
+    /// ICReq/ICResp, whose acceptance changes the reader, or an error, which the
+    /// buffered path reports with its exact state).
+    #[allow(clippy::type_complexity)]
+    fn read_in_place<'b>(
+        &self,
+        bytes: &'b [u8],
+    ) -> Option<(usize, Option<Result<Pdu<'b>, FramerError>>)> {
+        let f = self.check_common(bytes.get(..HDR_LEN)?).ok()?;
+        if matches!(f.kind, Kind::IcReq | Kind::IcResp) || f.plen > self.buf.len() {
+            return None;
+        }
+        let pdu = bytes.get(..f.plen)?;
+        check_header(&f, pdu).ok()?;
+        let out = match data_digest_error(&f, pdu) {
+            Some(e) => Err(e),
+            None => Ok(parse(&f, pdu)),
+        };
+        Some((f.plen, Some(out)))
+    }
+
     fn fail(&mut self, e: FramerError) -> FramerError {
         // The header to echo: `hlen` bytes when `hlen` is sane, else the common header
         // (FreeBSD `nvmf_tcp_validate_pdu`), never more than was received.
@@ -354,8 +404,15 @@ impl PduReader {
     }
 
     fn on_common_header(&mut self) -> Result<(), FramerError> {
+        self.frame = self.check_common(get_bytes(&self.buf, 0..HDR_LEN))?;
+        self.stage = Stage::Header;
+        Ok(())
+    }
+
+    /// Checks the common header `ch` (8 bytes) and returns the layout of its PDU.
+    fn check_common(&self, ch: &[u8]) -> Result<Frame, FramerError> {
         use FramerError as E;
-        let ch = Header::new_unchecked(get_bytes(&self.buf, 0..HDR_LEN));
+        let ch = Header::new_unchecked(ch);
         let t = ch.pdu_type();
         let fl = ch.flags();
         let hlen = usize::from(ch.hlen());
@@ -383,7 +440,7 @@ impl PduReader {
                     reason: "PDU length outside 24..=176",
                 });
             }
-            self.frame = Frame {
+            return Ok(Frame {
                 kind: info.kind,
                 flags: fl,
                 hlen,
@@ -392,9 +449,7 @@ impl PduReader {
                 ddgst: false,
                 data_start: hlen,
                 data_len: plen - hlen,
-            };
-            self.stage = Stage::Header;
-            return Ok(());
+            });
         }
 
         let initializing = matches!(info.kind, Kind::IcReq | Kind::IcResp);
@@ -507,21 +562,13 @@ impl PduReader {
                 return Err(E::header(offset::PDO, "data offset in a PDU without data"));
             }
         }
-        self.frame = frame;
-        self.stage = Stage::Header;
-        Ok(())
+        Ok(frame)
     }
 
     fn on_header(&mut self) -> Result<(), FramerError> {
         let f = self.frame;
+        check_header(&f, &self.buf)?;
         let hdr = get_bytes(&self.buf, 0..f.hlen);
-        if f.hdgst {
-            let received = get_u32(&self.buf, f.hlen..f.hlen + DIGEST_LEN);
-            let computed = header_digest(hdr);
-            if received != computed {
-                return Err(FramerError::HeaderDigest { received, computed });
-            }
-        }
         match (f.kind, self.side) {
             (Kind::IcReq, Side::Controller(cfg)) => {
                 let v = IcReq::new_unchecked(hdr);
@@ -543,14 +590,6 @@ impl PduReader {
                 };
                 self.negotiated = Some(accept_icresp(&cfg, &resp)?);
             }
-            (Kind::H2CData | Kind::C2HData, _)
-                if DataPdu::new_unchecked(hdr).data_length() as usize != f.data_len =>
-            {
-                return Err(FramerError::header(
-                    offset::DATA_LENGTH,
-                    "DATAL does not match the PDU data length",
-                ));
-            }
             _ => {}
         }
         self.stage = Stage::Payload;
@@ -558,100 +597,129 @@ impl PduReader {
     }
 
     fn on_payload(&mut self) {
-        let f = self.frame;
-        if f.ddgst {
-            let data = get_bytes(&self.buf, f.data_start..f.data_start + f.data_len);
-            let computed = data_digest(data);
-            let received = get_u32(&self.buf, f.plen.saturating_sub(DIGEST_LEN)..f.plen);
-            if received != computed {
-                self.digest_error = Some(FramerError::DataDigest {
-                    pdu_type: self.buf.first().copied().unwrap_or(0),
-                    cid: self.cid(),
-                    received,
-                    computed,
-                });
-            }
-        }
+        self.digest_error = data_digest_error(&self.frame, &self.buf);
         self.stage = Stage::Ready;
     }
 
-    /// The command identifier of the current capsule or data PDU.
-    fn cid(&self) -> u16 {
-        let at = match self.frame.kind {
-            Kind::Cmd => (offset::CMD + u32::from(sqe::offset::CID)) as usize,
-            _ => offset::COMMAND_ID as usize,
-        };
-        get_u16(&self.buf, at..at + 2)
-    }
-
     fn parse(&self) -> Pdu<'_> {
-        let f = self.frame;
-        let hdr = get_bytes(&self.buf, 0..f.hlen);
-        let data = get_bytes(&self.buf, f.data_start..f.data_start + f.data_len);
-        match f.kind {
-            Kind::IcReq => {
-                let v = IcReq::new_unchecked(hdr);
-                Pdu::IcReq(IcReqParams {
-                    pfv: v.pfv(),
-                    hpda: v.hpda(),
-                    digest: v.digest(),
-                    maxr2t: v.maxr2t(),
-                })
+        parse(&self.frame, &self.buf)
+    }
+}
+
+/// The checks on a PDU's header once it is in (`pdu` holds at least `f.hlen` bytes and
+/// the header digest): the header digest, and DATAL of a data PDU against its length.
+fn check_header(f: &Frame, pdu: &[u8]) -> Result<(), FramerError> {
+    let hdr = get_bytes(pdu, 0..f.hlen);
+    if f.hdgst {
+        let received = get_u32(pdu, f.hlen..f.hlen + DIGEST_LEN);
+        let computed = header_digest(hdr);
+        if received != computed {
+            return Err(FramerError::HeaderDigest { received, computed });
+        }
+    }
+    if matches!(f.kind, Kind::H2CData | Kind::C2HData)
+        && DataPdu::new_unchecked(hdr).data_length() as usize != f.data_len
+    {
+        return Err(FramerError::header(
+            offset::DATA_LENGTH,
+            "DATAL does not match the PDU data length",
+        ));
+    }
+    Ok(())
+}
+
+/// The data digest check of a complete PDU (`pdu` holds its `f.plen` bytes).
+fn data_digest_error(f: &Frame, pdu: &[u8]) -> Option<FramerError> {
+    if !f.ddgst {
+        return None;
+    }
+    let data = get_bytes(pdu, f.data_start..f.data_start + f.data_len);
+    let computed = data_digest(data);
+    let received = get_u32(pdu, f.plen.saturating_sub(DIGEST_LEN)..f.plen);
+    (received != computed).then(|| FramerError::DataDigest {
+        pdu_type: pdu.first().copied().unwrap_or(0),
+        cid: cid(f.kind, pdu),
+        received,
+        computed,
+    })
+}
+
+/// The command identifier of a capsule or data PDU.
+fn cid(kind: Kind, pdu: &[u8]) -> u16 {
+    let at = match kind {
+        Kind::Cmd => (offset::CMD + u32::from(sqe::offset::CID)) as usize,
+        _ => offset::COMMAND_ID as usize,
+    };
+    get_u16(pdu, at..at + 2)
+}
+
+/// The PDU `f` describes, from its checked bytes.
+fn parse<'b>(f: &Frame, pdu: &'b [u8]) -> Pdu<'b> {
+    let hdr = get_bytes(pdu, 0..f.hlen);
+    let data = get_bytes(pdu, f.data_start..f.data_start + f.data_len);
+    match f.kind {
+        Kind::IcReq => {
+            let v = IcReq::new_unchecked(hdr);
+            Pdu::IcReq(IcReqParams {
+                pfv: v.pfv(),
+                hpda: v.hpda(),
+                digest: v.digest(),
+                maxr2t: v.maxr2t(),
+            })
+        }
+        Kind::IcResp => {
+            let v = IcResp::new_unchecked(hdr);
+            Pdu::IcResp(IcRespParams {
+                pfv: v.pfv(),
+                cpda: v.cpda(),
+                digest: v.digest(),
+                maxh2cdata: v.maxdata(),
+            })
+        }
+        Kind::H2CTerm | Kind::C2HTerm => {
+            let v = TermReq::new_unchecked(hdr);
+            let (fes, fei) = (v.fes(), v.fei());
+            if f.kind == Kind::H2CTerm {
+                Pdu::H2CTermReq { fes, fei, data }
+            } else {
+                Pdu::C2HTermReq { fes, fei, data }
             }
-            Kind::IcResp => {
-                let v = IcResp::new_unchecked(hdr);
-                Pdu::IcResp(IcRespParams {
-                    pfv: v.pfv(),
-                    cpda: v.cpda(),
-                    digest: v.digest(),
-                    maxh2cdata: v.maxdata(),
-                })
-            }
-            Kind::H2CTerm | Kind::C2HTerm => {
-                let v = TermReq::new_unchecked(hdr);
-                let (fes, fei) = (v.fes(), v.fei());
-                if f.kind == Kind::H2CTerm {
-                    Pdu::H2CTermReq { fes, fei, data }
-                } else {
-                    Pdu::C2HTermReq { fes, fei, data }
-                }
-            }
-            Kind::Cmd => Pdu::CapsuleCmd {
-                sqe: get_bytes_n(CapsuleCmd::new_unchecked(hdr).cmd(), 0..SQE_LEN),
+        }
+        Kind::Cmd => Pdu::CapsuleCmd {
+            sqe: get_bytes_n(CapsuleCmd::new_unchecked(hdr).cmd(), 0..SQE_LEN),
+            data,
+        },
+        Kind::Rsp => Pdu::CapsuleResp {
+            cqe: get_bytes_n(CapsuleResp::new_unchecked(hdr).cqe(), 0..CQE_LEN),
+        },
+        Kind::H2CData => {
+            let v = DataPdu::new_unchecked(hdr);
+            Pdu::H2CData {
+                cid: v.command_id(),
+                ttag: v.ttag(),
+                datao: v.data_offset(),
+                last: f.flags & flags::DATA_LAST != 0,
                 data,
-            },
-            Kind::Rsp => Pdu::CapsuleResp {
-                cqe: get_bytes_n(CapsuleResp::new_unchecked(hdr).cqe(), 0..CQE_LEN),
-            },
-            Kind::H2CData => {
-                let v = DataPdu::new_unchecked(hdr);
-                Pdu::H2CData {
-                    cid: v.command_id(),
-                    ttag: v.ttag(),
-                    datao: v.data_offset(),
-                    last: f.flags & flags::DATA_LAST != 0,
-                    data,
-                }
             }
-            Kind::C2HData => {
-                let v = DataPdu::new_unchecked(hdr);
-                Pdu::C2HData {
-                    cid: v.command_id(),
-                    ttag: v.ttag(),
-                    datao: v.data_offset(),
-                    last: f.flags & flags::DATA_LAST != 0,
-                    success: f.flags & flags::DATA_SUCCESS != 0,
-                    data,
-                }
+        }
+        Kind::C2HData => {
+            let v = DataPdu::new_unchecked(hdr);
+            Pdu::C2HData {
+                cid: v.command_id(),
+                ttag: v.ttag(),
+                datao: v.data_offset(),
+                last: f.flags & flags::DATA_LAST != 0,
+                success: f.flags & flags::DATA_SUCCESS != 0,
+                data,
             }
-            Kind::R2T => {
-                let v = R2t::new_unchecked(hdr);
-                Pdu::R2T {
-                    cid: v.command_id(),
-                    ttag: v.ttag(),
-                    offset: v.r2t_offset(),
-                    length: v.r2t_length(),
-                }
+        }
+        Kind::R2T => {
+            let v = R2t::new_unchecked(hdr);
+            Pdu::R2T {
+                cid: v.command_id(),
+                ttag: v.ttag(),
+                offset: v.r2t_offset(),
+                length: v.r2t_length(),
             }
         }
     }

@@ -918,3 +918,102 @@ fn random_bytes_never_panic_and_never_grow_the_buffer() {
     // The corrupted streams exercise both paths.
     assert!(pdus > 1000 && errors > 1000, "{pdus} PDUs, {errors} errors");
 }
+
+/// Reads `bytes` with [`PduReader::read`] in random chunks (the whole stream when
+/// `whole`); collects what [`read_all`] collects.
+fn read_in_place_all(
+    r: &mut PduReader,
+    bytes: &[u8],
+    rng: &mut XorShift,
+    whole: bool,
+    zero_copy: &mut usize,
+) -> Vec<Result<String, FramerError>> {
+    let mut out = Vec::new();
+    let mut input = bytes;
+    while !input.is_empty() {
+        let take = if whole {
+            input.len()
+        } else {
+            (1 + rng.below(9000)).min(input.len())
+        };
+        let mut chunk = &input[..take];
+        input = &input[take..];
+        loop {
+            let whole_chunk = chunk;
+            let (n, got) = r.read(chunk);
+            chunk = &chunk[n..];
+            match got {
+                None => {
+                    assert!(chunk.is_empty());
+                    break;
+                }
+                Some(Ok(p)) => {
+                    let data = match &p {
+                        Pdu::CapsuleCmd { data, .. }
+                        | Pdu::H2CData { data, .. }
+                        | Pdu::C2HData { data, .. } => *data,
+                        _ => &[],
+                    };
+                    if !data.is_empty() && whole_chunk.as_ptr_range().contains(&data.as_ptr()) {
+                        *zero_copy += 1;
+                    }
+                    out.push(Ok(format!("{p:?}")))
+                }
+                Some(Err(e)) => {
+                    out.push(Err(e));
+                    if e.is_fatal() {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn reading_in_place_matches_feed_and_poll() {
+    let mut rng = XorShift(0x2545_F491_4F6C_DD1D);
+    let mut in_place = 0;
+    for round in 0..1500 {
+        let hdgst = rng.next() & 1 == 1;
+        let ddgst = rng.next() & 1 == 1;
+        let (mut c, mut h) = digests(hdgst, ddgst);
+        c.cpda = (rng.below(4) * 3) as u8;
+        h.hpda = (rng.below(4) * 3) as u8;
+        c.max_icd = 4096;
+        c.maxh2cdata = 8192;
+        h.max_c2h_data = 8192;
+        let controller = round % 2 == 0;
+        let fresh_pair = || pair(c, h);
+        let p = fresh_pair();
+        let (mut wire, _) = if controller {
+            h2c_stream(&p)
+        } else {
+            c2h_stream(&p)
+        };
+        if round % 5 == 0 {
+            let len = rng.below(4000);
+            wire = (0..len).map(|_| rng.next() as u8).collect();
+        } else if round % 5 != 1 {
+            for _ in 0..rng.below(3) {
+                if !wire.is_empty() {
+                    let at = rng.below(wire.len());
+                    wire[at] ^= 1 << rng.below(8);
+                }
+            }
+        }
+        let reader = |p: Pair| if controller { p.ctrl } else { p.host };
+        let mut want_r = reader(fresh_pair());
+        let want = read_all(&mut want_r, &wire, 1);
+        for whole in [true, false] {
+            let mut r = reader(fresh_pair());
+            let got = read_in_place_all(&mut r, &wire, &mut rng, whole, &mut in_place);
+            assert_eq!(got, want, "round {round} whole {whole}");
+            assert_eq!(r.error(), want_r.error());
+            assert_eq!(r.error_header(), want_r.error_header());
+            assert_eq!(r.has_partial_pdu(), want_r.has_partial_pdu());
+        }
+    }
+    assert!(in_place > 1000, "{in_place}");
+}
