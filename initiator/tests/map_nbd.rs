@@ -204,6 +204,8 @@ fn fio(uri: &str, args: &[&str]) -> String {
             "--ioengine=nbd",
             "--output-format=terse",
             "--terse-version=3",
+            // No verify state files left in the working directory.
+            "--verify_state_save=0",
         ])
         .arg(format!("--uri={uri}"))
         .args(args));

@@ -9,12 +9,15 @@
 //! every other command with a simple reply, as the protocol allows.
 
 use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
 
 use super::proto::{self, chunk, cmd, Request, REQUEST_LEN};
 use super::stream::Stream;
 
 /// Bytes asked of the socket per read.
 const READ_CHUNK: usize = 256 * 1024;
+/// How long a socket that had nothing to read is not read again.
+const EMPTY_READ_BACKOFF: Duration = Duration::from_micros(10);
 
 /// What a non-blocking read found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +42,8 @@ pub struct Conn {
     rend: usize,
     /// Bytes the request at `rstart` needs in all (header and payload), once known.
     want: usize,
+    /// No read before this instant (after an empty read).
+    quiet_until: Option<Instant>,
     wbuf: Vec<u8>,
     wpos: usize,
     /// Requests parsed and not yet answered.
@@ -59,6 +64,7 @@ impl Conn {
             rstart: 0,
             rend: 0,
             want: REQUEST_LEN,
+            quiet_until: None,
             wbuf: Vec::with_capacity(READ_CHUNK),
             wpos: 0,
             inflight: 0,
@@ -67,8 +73,15 @@ impl Conn {
         }
     }
 
-    /// Reads what the socket has (non-blocking).
+    /// Reads what the socket has (non-blocking). After a read that found nothing the
+    /// socket is left alone for [`EMPTY_READ_BACKOFF`]: empty reads in a tight loop
+    /// contend with the client's writes for the socket.
     pub fn fill(&mut self) -> io::Result<ReadState> {
+        let now = Instant::now();
+        if self.quiet_until.is_some_and(|t| now < t) {
+            return Ok(ReadState::Empty);
+        }
+        self.quiet_until = None;
         if self.rstart == self.rend {
             self.rstart = 0;
             self.rend = 0;
@@ -100,7 +113,10 @@ impl Conn {
                 self.rend += n;
                 Ok(ReadState::Data)
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(ReadState::Empty),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.quiet_until = Some(now + EMPTY_READ_BACKOFF);
+                Ok(ReadState::Empty)
+            }
             Err(e) => Err(e),
         }
     }

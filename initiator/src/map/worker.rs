@@ -238,16 +238,16 @@ impl Worker<'_> {
             }
             let since = *idle_since.get_or_insert(now);
             if now.duration_since(since) < SPIN_TIME {
-                // Give the core away while spinning: the client and the target's
-                // threads may need it more than this loop (2 cores, 3 busy threads).
+                // Spin for the next completion or request, but give the core away
+                // meanwhile: the client and the target's threads may need it more.
                 std::thread::yield_now();
                 continue;
             }
             if self.engine.inflight() > 0 {
                 q.wait(QUEUE_WAIT_SLICE);
-            } else {
-                self.sleep();
+                continue;
             }
+            self.sleep();
         }
     }
 
