@@ -236,3 +236,60 @@ fn genctr_moves_and_hosts_that_asked_get_a_discovery_change_notice() {
         "no notice expected for a host that did not ask: {r:?}"
     );
 }
+
+#[test]
+fn discovery_change_notice_goes_only_to_hosts_whose_view_changed() {
+    use nvmf_target::live::Op;
+    let port = nvmf_tests::ops_support::free_port();
+    let yaml = format!(
+        "ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: {port}, subsystems: [{OPEN}, {CLOSED}] }}\n\
+         subsystems:\n  - nqn: {OPEN}\n    allow_any_host: true\n    namespaces: [{{ nsid: 1, device_path: \"ram:16M\" }}]\n\
+         \x20 - nqn: {CLOSED}\n    allowed_hosts: []\n    namespaces: [{{ nsid: 1, device_path: \"ram:16M\" }}]\n"
+    );
+    let t = nvmf_tests::ops_support::start_live(&yaml, None);
+    // Hosts 1 and 3 both asked for discovery change notices; only host 1 is added.
+    let mut ctrls = Vec::new();
+    for n in [1u8, 3] {
+        let mut o = options_as(n, &Nqn::discovery(), 0, 0);
+        o.command_timeout = Duration::from_millis(1500);
+        let d = Controller::connect(t.fabric(1), o).unwrap_or_else(|e| panic!("{e}"));
+        d.set_features(
+            fid::ASYNC_EVENT_CONFIG,
+            nvmf_common::types::Nsid::NONE,
+            aen_cfg::DISCOVERY_LOG_CHANGE,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(nvm_nqns(&read_log(&d)), vec![OPEN.to_string()]);
+        ctrls.push(d);
+    }
+    let (one, three) = (&ctrls[0], &ctrls[1]);
+    std::thread::scope(|s| {
+        let a1 = s.spawn(|| one.admin_execute(command::async_event_request(), None, DataDir::None));
+        let a3 =
+            s.spawn(|| three.admin_execute(command::async_event_request(), None, DataDir::None));
+        std::thread::sleep(Duration::from_millis(300));
+        t.live
+            .execute(&Op::AddHost {
+                nqn: CLOSED.into(),
+                host: host(1).0.to_string(),
+            })
+            .unwrap_or_else(|e| panic!("add-host: {e}"));
+        let c = a1
+            .join()
+            .unwrap_or_else(|_| panic!("AER thread"))
+            .unwrap_or_else(|e| panic!("host 1 got no notice: {e}"));
+        assert_eq!(
+            (c.dw0 >> 8) & 0xFF,
+            u32::from(aer_notice::DISCOVERY_LOG_CHANGE)
+        );
+        let r = a3.join().unwrap_or_else(|_| panic!("AER thread"));
+        assert!(
+            r.is_err(),
+            "host 3's view did not change, yet it got a notice: {r:?}"
+        );
+    });
+    let mut seen = nvm_nqns(&read_log(one));
+    seen.sort();
+    assert_eq!(seen, vec![CLOSED.to_string(), OPEN.to_string()]);
+}

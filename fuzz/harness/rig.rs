@@ -10,9 +10,11 @@ use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::fabrics::reg;
 use nvmf_common::wire::status::Status;
 use nvmf_initiator::command;
+use nvmf_target::backend::fault::{FaultBackend, FaultControl};
 use nvmf_target::backend::DmaSlice;
 use nvmf_target::core::{self, DataDir, ExecCtx, Outcome, QueueCtx, Request};
 use nvmf_target::params::PortInfo;
+use nvmf_target::subsystem::Namespace;
 use nvmf_target::target::Target;
 
 /// The subsystem the rig serves.
@@ -39,6 +41,8 @@ pub struct Rig {
     pub port: Arc<PortInfo>,
     pub nqn: Nqn,
     pub hostnqn: Nqn,
+    /// The fault wrapper around namespace 1: counts what reaches the backend.
+    pub faults: Arc<FaultControl>,
     tag: u64,
 }
 
@@ -56,7 +60,13 @@ impl Rig {
         cfg.transport.max_io_size = 128 * 1024;
         let target = Target::from_config(&cfg).ok()?;
         let port = target.ports().first()?.clone();
+        let sub = target.subsystem_by_name(NQN)?;
+        let ns = sub.remove_namespace(nvmf_common::types::Nsid(1))?;
+        let (backend, faults) = FaultBackend::wrap(ns.backend.clone());
+        sub.add_namespace(Namespace::new(ns.nsid, backend, [1; 16], [2; 16]))
+            .ok()?;
         Some(Rig {
+            faults,
             ex: ExecCtx::new(target.clone()),
             target,
             port,

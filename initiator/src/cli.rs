@@ -1049,6 +1049,36 @@ mod tests {
     }
 
     #[test]
+    fn reconnect_flags_like_nvme_cli() {
+        let c = Cli::try_parse_from([
+            "nvmf-initiator",
+            "perf",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "--ctrl-loss-tmo",
+            "-1",
+            "--reconnect-delay",
+            "2",
+        ])
+        .unwrap();
+        let Command::Perf(p) = c.command else {
+            panic!("not perf");
+        };
+        assert_eq!((p.conn.ctrl_loss_tmo, p.conn.reconnect_delay), (-1, 2));
+        let c = Cli::try_parse_from(["nvmf-initiator", "list", "-t", "tcp", "-a", "::1"]).unwrap();
+        let Command::List(l) = c.command else {
+            panic!("not list");
+        };
+        assert_eq!(
+            (l.conn.ctrl_loss_tmo, l.conn.reconnect_delay),
+            (600, 10),
+            "the kernel host's defaults"
+        );
+    }
+
+    #[test]
     fn tcp_flags_build_a_tcp_fabric() {
         let c = Cli::try_parse_from([
             "nvmf-initiator",

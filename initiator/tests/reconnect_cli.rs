@@ -37,8 +37,8 @@ impl Scratch {
             "nvmf-reconnect-cli-{}-{tag}.img",
             std::process::id()
         ));
-        let f = std::fs::File::create(&p).unwrap();
-        f.set_len(len).unwrap();
+        let f = std::fs::File::create(&p).unwrap_or_else(|e| panic!("{e}"));
+        f.set_len(len).unwrap_or_else(|e| panic!("{e}"));
         Scratch(p)
     }
 }
@@ -54,7 +54,7 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Our target serving `disk` as namespace 1 of [`NQN`] on 127.0.0.1:`port`.
@@ -64,9 +64,10 @@ fn start_target(port: u16, disk: &Path) -> (TcpServer, Arc<Target>) {
          subsystems:\n  - nqn: {NQN}\n    allow_any_host: true\n    namespaces: [{{ nsid: 1, device_path: \"{}\" }}]\n",
         disk.display()
     );
-    let cfg = Config::from_yaml_str(&yaml, "<test>").unwrap();
-    let target = Target::from_config(&cfg).unwrap();
-    let server = TcpServer::start(target.clone(), &target.ports()).unwrap();
+    let cfg = Config::from_yaml_str(&yaml, "<test>").unwrap_or_else(|e| panic!("{e}"));
+    let target = Target::from_config(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    let server =
+        TcpServer::start(target.clone(), &target.ports()).unwrap_or_else(|e| panic!("{e}"));
     (server, target)
 }
 
@@ -103,10 +104,10 @@ fn host(sub: &str, port: u16, extra: &[&str]) -> Command {
 /// Waits for `child` to exit (killing it after [`EXIT_TIMEOUT`]).
 fn wait(mut child: Child) -> Output {
     let deadline = Instant::now() + EXIT_TIMEOUT;
-    while child.try_wait().unwrap().is_none() {
+    while child.try_wait().unwrap_or_else(|e| panic!("{e}")).is_none() {
         if Instant::now() >= deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+            let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
             panic!(
                 "host still running after {EXIT_TIMEOUT:?}: hung\nstderr:\n{}",
                 String::from_utf8_lossy(&out.stderr)
@@ -114,7 +115,7 @@ fn wait(mut child: Child) -> Output {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
+    child.wait_with_output().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn json(out: &Output) -> serde_json::Value {
@@ -158,7 +159,7 @@ fn perf_survives_a_target_restart_with_verified_data() {
         ],
     )
     .spawn()
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_millis(1500));
     let (server, target) = restart_target(server, target, port, &disk.0);
     let out = wait(child);
@@ -199,7 +200,7 @@ fn perf_gives_up_after_ctrl_loss_tmo_without_hanging() {
         ],
     )
     .spawn()
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_millis(1000));
     let lost = Instant::now();
     server.shutdown();
@@ -235,10 +236,15 @@ fn map_survives_a_target_restart_under_fio_verify() {
     let (server, target) = start_target(port, &disk.0);
     let mut map = host("map", port, &["--tcp", "0", "--ctrl-loss-tmo", "30"])
         .spawn()
-        .unwrap();
-    let stdout = map.stdout.take().unwrap();
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = map
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("no stdout pipe"));
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap_or_else(|e| panic!("{e}"));
     let uri = line
         .split(" at ")
         .nth(1)
@@ -250,6 +256,7 @@ fn map_survives_a_target_restart_under_fio_verify() {
     let fio = Command::new("fio")
         .args([
             "--ioengine=nbd",
+            "--verify_state_save=0",
             "--name=restart",
             "--rw=randwrite",
             "--bs=4k",
@@ -260,7 +267,7 @@ fn map_survives_a_target_restart_under_fio_verify() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_millis(800));
     let (server, target) = restart_target(server, target, port, &disk.0);
     let fio_out = wait(fio);

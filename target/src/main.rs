@@ -17,6 +17,7 @@ use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
 use nvmf_target::live::ctl::{self, CtlServer};
 use nvmf_target::live::hooks::TcpPorts;
+use nvmf_target::live::rdma_hooks::{RdmaPorts, TransportPorts};
 use nvmf_target::live::Live;
 use nvmf_target::params::PortInfo;
 use nvmf_target::rdma::{listen_addr, DevicePorts, RdmaServer};
@@ -254,7 +255,24 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
     for a in tcp_ports.local_addrs() {
         println!("NVMe/TCP listening on {a}");
     }
-    let live = Live::new(target.clone(), cfg.clone(), tcp_ports.clone(), config_path);
+    let mode = target.params.poll_mode;
+    let rdma_ports = Arc::new(RdmaPorts::new(
+        target.clone(),
+        servers,
+        Box::new(move |port: &Arc<PortInfo>| {
+            let devices = devices_for(port.trtype, vec![port.clone()], mode)?;
+            devices
+                .into_iter()
+                .next()
+                .map(|(d, _)| d)
+                .ok_or_else(|| format!("port {}: no verbs device serves it", port.portid))
+        }),
+    ));
+    let hooks = Arc::new(TransportPorts {
+        tcp: tcp_ports.clone(),
+        rdma: rdma_ports.clone(),
+    });
+    let live = Live::new(target.clone(), cfg.clone(), hooks, config_path);
     let ctl_server = match CtlServer::start(live.clone(), ctl_socket) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -271,9 +289,7 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
     }
     info!("shutting down: no new connections; finishing commands in flight");
     drop(ctl_server);
-    for s in servers {
-        s.shutdown();
-    }
+    rdma_ports.shutdown();
     tcp_ports.shutdown();
     let synced = target.sync_backends();
     info!(namespaces = synced, "backends synced; shutdown complete");

@@ -107,8 +107,11 @@ impl Target {
     /// are told.
     pub fn add_subsystem(&self, s: Arc<Subsystem>) {
         let nqn = s.nqn.as_str().to_string();
-        self.subsystems.write().insert(nqn.clone(), s);
-        self.discovery_changed(DiscoveryScope::Exporting(&nqn));
+        let old = self.subsystems.write().insert(nqn.clone(), s.clone());
+        // Only hosts allowed on the new (or the replaced) subsystem see a change.
+        self.discovery_changed_for(DiscoveryScope::Exporting(&nqn), &|h| {
+            s.host_allowed(h) || old.as_ref().is_some_and(|o| o.host_allowed(h))
+        });
     }
 
     /// Removes a subsystem; its controllers are ended (their queues tear down).
@@ -118,7 +121,7 @@ impl Target {
             for c in sub.controllers() {
                 c.fatal("subsystem removed");
             }
-            self.discovery_changed(DiscoveryScope::Exporting(nqn));
+            self.discovery_changed_for(DiscoveryScope::Exporting(nqn), &|h| sub.host_allowed(h));
         }
         s
     }
@@ -203,6 +206,17 @@ impl Target {
     /// Discovery Log Page Change notice (if they enabled it), as nvmet's
     /// `nvmet_port_disc_changed` does.
     pub fn discovery_changed(&self, scope: DiscoveryScope<'_>) {
+        self.discovery_changed_for(scope, &|_| true);
+    }
+
+    /// [`Target::discovery_changed`], with the notice sent only to the discovery
+    /// hosts for which `view_changed` holds (a subsystem or its host list changed:
+    /// hosts never allowed on it before or after see the same log as before).
+    pub fn discovery_changed_for(
+        &self,
+        scope: DiscoveryScope<'_>,
+        view_changed: &dyn Fn(&Nqn) -> bool,
+    ) {
         self.genctr.fetch_add(1, Ordering::AcqRel);
         let affected: Option<Vec<u16>> = match scope {
             DiscoveryScope::All => None,
@@ -220,6 +234,7 @@ impl Target {
             if affected
                 .as_ref()
                 .is_none_or(|ids| ids.contains(&c.port.portid))
+                && view_changed(&c.hostnqn)
             {
                 c.discovery_changed();
             }

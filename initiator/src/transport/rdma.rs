@@ -351,26 +351,45 @@ impl HostQueue for RdmaHostQueue {
     }
 
     fn poll(&mut self, out: &mut Vec<[u8; 16]>) -> Result<usize, TransportError> {
-        self.check()?;
+        // Responses already received are delivered even when the queue failed since:
+        // the target answered them before the connection went.
         let n = self.cq.poll(&mut self.wcs);
         let mut got = 0;
+        let mut failure: Option<String> = None;
         for i in 0..n {
             let wc = self.wcs[i];
             if wc.status != WcStatus::Success {
-                return Err(self.die(format!("{:?} completion: {:?}", wc.opcode, wc.status)));
+                failure
+                    .get_or_insert_with(|| format!("{:?} completion: {:?}", wc.opcode, wc.status));
+                continue;
             }
             if wc.opcode != WcOpcode::Recv {
                 continue;
             }
             let slot = (wc.wr_id & 0xFFFF) as u16;
             if (wc.byte_len as usize) < CQE_LEN {
-                return Err(self.die(format!("response capsule of {} bytes", wc.byte_len)));
+                failure.get_or_insert_with(|| format!("response capsule of {} bytes", wc.byte_len));
+                continue;
             }
             let mut cqe = [0u8; CQE_LEN];
             self.rsp_buf.read_at(usize::from(slot) * CQE_LEN, &mut cqe);
             out.push(cqe);
             self.reposts.push(slot);
             got += 1;
+        }
+        if let Some(why) = failure {
+            if self.dead.is_none() {
+                let _ = self.die(why);
+            }
+        }
+        if self.dead.is_some() {
+            // Nothing is reposted on a dead queue; the next poll reports it.
+            self.reposts.clear();
+            return if got > 0 {
+                Ok(got)
+            } else {
+                self.check().map(|()| 0)
+            };
         }
         if got == 0 && self.peer_gone {
             return Err(self.die("the target closed the connection".into()));

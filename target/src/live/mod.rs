@@ -5,7 +5,8 @@
 //! What can change while running: subsystems (added, removed), their allowed hosts,
 //! namespaces (added, removed, reconfigured, resized after the backing file grew), and
 //! ports (added, removed, moved, subsystem links and referrals) of the transports the
-//! [`PortHooks`] can serve. Connected hosts get Namespace Attribute Changed events and
+//! [`PortHooks`] can serve (NVMe/TCP: [`hooks`]; RDMA and loopback: [`rdma_hooks`]).
+//! Connected hosts get Namespace Attribute Changed events and
 //! the Changed Namespace List; discovery hosts get Discovery Log Page Change events.
 //! Transport tuning and subsystem identities need a restart and are refused.
 //!
@@ -15,6 +16,7 @@
 pub mod ctl;
 pub mod hooks;
 mod plan;
+pub mod rdma_hooks;
 pub mod status;
 
 use std::path::PathBuf;
@@ -248,8 +250,12 @@ impl Live {
                     hosts,
                 } => {
                     if let Some(sub) = t.subsystem_by_name(&nqn) {
+                        let (any_before, before) = (sub.allows_any_host(), sub.allowed_hosts());
                         sub.set_host_policy(allow_any_host, &hosts);
-                        t.discovery_changed(DiscoveryScope::Exporting(&nqn));
+                        // Only hosts that gained or lost the subsystem see a change.
+                        t.discovery_changed_for(DiscoveryScope::Exporting(&nqn), &|h| {
+                            (any_before || before.contains(h)) != sub.host_allowed(h)
+                        });
                     }
                 }
                 Step::AddNamespace { nqn, ns } => {

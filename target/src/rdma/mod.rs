@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use parking_lot::Mutex;
 use tracing::info;
 
 use nvmf_common::verbs::{Device, ProtectionDomain, VerbsError};
@@ -83,8 +84,31 @@ pub fn listen_addr(port: &PortInfo) -> String {
 /// A running NVMe/RDMA service: listeners and poll groups. Dropping it stops them.
 pub struct RdmaServer {
     stop: Arc<AtomicBool>,
+    /// Poll group threads.
     threads: Vec<JoinHandle<()>>,
     groups: Vec<poll_group::GroupHandle>,
+    target: Arc<Target>,
+    device: Arc<dyn Device>,
+    pd: Arc<dyn ProtectionDomain>,
+    /// One listener per port, added and removed while running.
+    listeners: Mutex<Vec<PortListener>>,
+}
+
+/// The listener thread of one port.
+struct PortListener {
+    portid: u16,
+    addr: String,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl PortListener {
+    /// Stops accepting on the port and waits for the thread (the rdma_cm listener is
+    /// released with it, so the address can be listened on again).
+    fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.thread.join();
+    }
 }
 
 impl RdmaServer {
@@ -96,34 +120,98 @@ impl RdmaServer {
     ) -> Result<Self, VerbsError> {
         let stop = Arc::new(AtomicBool::new(false));
         let pd: Arc<dyn ProtectionDomain> = device.alloc_pd()?;
-        let mut groups = Vec::new();
-        let mut threads = Vec::new();
+        let mut server = RdmaServer {
+            stop: stop.clone(),
+            threads: Vec::new(),
+            groups: Vec::new(),
+            target: target.clone(),
+            device: device.clone(),
+            pd: pd.clone(),
+            listeners: Mutex::new(Vec::new()),
+        };
         for i in 0..target.params.poll_groups.max(1) {
+            // On error, dropping `server` stops the groups already started.
             let (handle, thread) =
                 poll_group::spawn(i, target.clone(), device.clone(), pd.clone(), stop.clone())?;
-            groups.push(handle);
-            threads.push(thread);
+            server.groups.push(handle);
+            server.threads.push(thread);
         }
         for port in ports {
-            let l = device.listen(&listen_addr(port))?;
-            info!(
-                trtype = ?port.trtype, traddr = %port.traddr, trsvcid = %port.trsvcid,
-                device = %device.name(), "listening"
-            );
-            threads.push(listener::spawn(
-                l,
-                target.clone(),
-                port.clone(),
-                pd.clone(),
-                groups.clone(),
-                stop.clone(),
-            ));
+            server.add_port(port)?;
         }
-        Ok(RdmaServer {
+        Ok(server)
+    }
+
+    /// Starts accepting on another port while running; returns the rdma_cm address it
+    /// listens on. Fails (nothing changes) when the port id is already served or the
+    /// address cannot be listened on.
+    pub fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, VerbsError> {
+        let mut ls = self.listeners.lock();
+        let addr = listen_addr(port);
+        if ls.iter().any(|l| l.portid == port.portid) {
+            return Err(VerbsError::AddrInUse(format!(
+                "port {} is already listening",
+                port.portid
+            )));
+        }
+        let l = self.device.listen(&addr)?;
+        info!(
+            trtype = ?port.trtype, traddr = %port.traddr, trsvcid = %port.trsvcid,
+            device = %self.device.name(), "listening"
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = listener::spawn(
+            l,
+            self.target.clone(),
+            port.clone(),
+            self.pd.clone(),
+            self.groups.clone(),
+            stop.clone(),
+        );
+        ls.push(PortListener {
+            portid: port.portid,
+            addr: addr.clone(),
             stop,
-            threads,
-            groups,
-        })
+            thread,
+        });
+        Ok(addr)
+    }
+
+    /// Stops accepting on port `portid` (queues already connected stay; the caller
+    /// ends their controllers). Returns whether the port was served.
+    pub fn remove_port(&self, portid: u16) -> bool {
+        let l = {
+            let mut ls = self.listeners.lock();
+            let i = ls.iter().position(|l| l.portid == portid);
+            i.map(|i| ls.remove(i))
+        };
+        match l {
+            Some(l) => {
+                l.stop();
+                info!(portid, "stopped listening");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The rdma_cm address port `portid` listens on.
+    pub fn port_addr(&self, portid: u16) -> Option<String> {
+        self.listeners
+            .lock()
+            .iter()
+            .find(|l| l.portid == portid)
+            .map(|l| l.addr.clone())
+    }
+
+    /// The verbs device the server runs on.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    /// Whether the server listens on no port.
+    pub fn is_idle(&self) -> bool {
+        self.listeners.lock().is_empty()
     }
 
     /// Data-path counters summed over the poll groups.
@@ -137,16 +225,27 @@ impl RdmaServer {
             t.recv_wrs += c.recv_wrs;
             t.commands += c.commands;
             t.sleeps += c.sleeps;
+            t.queues += c.queues;
+            t.bufs_in_use += c.bufs_in_use;
+            t.drained += c.drained;
+            t.refused_at_shutdown += c.refused_at_shutdown;
         }
         t
     }
 
-    /// Stops listeners and poll groups and waits for them.
-    pub fn shutdown(mut self) {
+    /// Graceful stop: no new connections (listeners first), then each poll group stops
+    /// taking commands, lets those in flight finish and answers them (within a bound),
+    /// closes its queues and waits for backend I/O; waits for every thread. Returns
+    /// the final counters (`queues` and `bufs_in_use` are 0 unless something leaked).
+    pub fn shutdown(mut self) -> poll_group::GroupCounters {
         self.stop_threads();
+        self.counters()
     }
 
     fn stop_threads(&mut self) {
+        for l in self.listeners.get_mut().drain(..) {
+            l.stop();
+        }
         self.stop.store(true, Ordering::Release);
         for g in &self.groups {
             g.wake();

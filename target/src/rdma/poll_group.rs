@@ -12,6 +12,12 @@
 //! or `Held` (AER) → `Sending` (response posted) → send completion → `Posted` again.
 //! A queue that fails (error completion, disconnect, dead controller) stops taking
 //! commands, waits for its in-flight RDMA and backend work, then is freed.
+//!
+//! Shutdown is graceful, like the NVMe/TCP side's: once the stop flag is set (the
+//! listeners have stopped accepting), capsules that arrive are no longer executed and
+//! get no answer, commands already past that point (reading data, executing, sending)
+//! finish and are answered within [`SHUTDOWN_DRAIN`], then every queue is closed and
+//! backend I/O still in flight is waited for before the buffers go away.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
@@ -53,6 +59,12 @@ const TIMER_PERIOD: Duration = Duration::from_millis(20);
 const ORPHAN_TTL: Duration = Duration::from_secs(2);
 /// Default data arena per poll group.
 pub const DEFAULT_ARENA_BYTES: usize = 64 << 20;
+/// On shutdown, how long commands already executing get to complete and be answered.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+/// After the queues are closed, how long backend I/O still in flight is waited for.
+const BACKEND_DRAIN: Duration = Duration::from_secs(10);
+/// Pause between polls while draining.
+const DRAIN_POLL: Duration = Duration::from_micros(100);
 
 /// A queue ready to be served, built by the listener.
 pub struct NewQueue {
@@ -79,6 +91,14 @@ pub struct GroupStats {
     pub commands: AtomicU64,
     /// Times the thread blocked waiting for work.
     pub sleeps: AtomicU64,
+    /// Queues the group holds (gauge; dead ones until freed).
+    pub queues: AtomicU64,
+    /// Data buffers taken from the arena and not yet returned (gauge).
+    pub bufs_in_use: AtomicU64,
+    /// Commands answered during the shutdown drain.
+    pub drained: AtomicU64,
+    /// Capsules that arrived after shutdown began and were not executed.
+    pub refused_at_shutdown: AtomicU64,
 }
 
 /// A snapshot of [`GroupStats`].
@@ -90,6 +110,10 @@ pub struct GroupCounters {
     pub recv_wrs: u64,
     pub commands: u64,
     pub sleeps: u64,
+    pub queues: u64,
+    pub bufs_in_use: u64,
+    pub drained: u64,
+    pub refused_at_shutdown: u64,
 }
 
 impl GroupStats {
@@ -102,6 +126,10 @@ impl GroupStats {
             recv_wrs: r(&self.recv_wrs),
             commands: r(&self.commands),
             sleeps: r(&self.sleeps),
+            queues: r(&self.queues),
+            bufs_in_use: r(&self.bufs_in_use),
+            drained: r(&self.drained),
+            refused_at_shutdown: r(&self.refused_at_shutdown),
         }
     }
 }
@@ -250,6 +278,8 @@ struct Group {
     wc_buf: Vec<WorkCompletion>,
     sge_buf: Vec<Sge>,
     stats: Arc<GroupStats>,
+    /// Shutting down: new capsules are not executed.
+    draining: bool,
 }
 
 /// Starts poll group `index`.
@@ -297,6 +327,7 @@ pub fn spawn(
         wc_buf: vec![WorkCompletion::EMPTY; POLL_BATCH],
         sge_buf: Vec::new(),
         stats,
+        draining: false,
     };
     let thread = std::thread::Builder::new()
         .name(format!("nvmf-pg{index}"))
@@ -352,7 +383,9 @@ impl Group {
                 _ => self.sleep(),
             }
         }
+        self.drain();
         self.shutdown_all();
+        self.publish_gauges();
         debug!(group = self.index, "poll group stopped");
     }
 
@@ -515,6 +548,14 @@ impl Group {
             return;
         };
         if q.dead {
+            return;
+        }
+        if self.draining {
+            // Shutting down: no new commands (the queue closes once the drain ends).
+            if let Some(slot) = q.slots.get_mut(usize::from(si)) {
+                slot.state = SlotState::Idle;
+            }
+            bump(&self.stats.refused_at_shutdown, 1);
             return;
         }
         let cap = q.capsule_size;
@@ -768,7 +809,17 @@ impl Group {
         }
     }
 
+    /// Makes the queue and buffer gauges visible.
+    fn publish_gauges(&self) {
+        let live = self.queues.iter().flatten().count() as u64;
+        self.stats.queues.store(live, Ordering::Relaxed);
+        self.stats
+            .bufs_in_use
+            .store(self.pool.in_use() as u64, Ordering::Relaxed);
+    }
+
     fn timers(&mut self, now: Instant) {
+        self.publish_gauges();
         let mut kill = Vec::new();
         for (qi, q) in self.queues.iter().enumerate() {
             let Some(q) = q else { continue };
@@ -873,19 +924,95 @@ impl Group {
         }
     }
 
+    /// Commands of live queues that are past the capsule: waiting for a buffer,
+    /// reading host data, executing, or sending their response.
+    fn commands_in_flight(&self) -> usize {
+        self.queues
+            .iter()
+            .flatten()
+            .filter(|q| !q.dead)
+            .map(|q| {
+                q.slots
+                    .iter()
+                    .filter(|s| {
+                        matches!(
+                            s.state,
+                            SlotState::WaitBuf
+                                | SlotState::Reading
+                                | SlotState::Executing
+                                | SlotState::Sending
+                        )
+                    })
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Graceful part of the shutdown: capsules arriving now are not executed; commands
+    /// already in flight finish and their responses are sent, within [`SHUTDOWN_DRAIN`].
+    fn drain(&mut self) {
+        self.draining = true;
+        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        let mut reaped = Vec::new();
+        let start = self.commands_in_flight();
+        while self.commands_in_flight() > 0 && Instant::now() < deadline {
+            self.ex.now = Instant::now();
+            let n = self.cq.poll(&mut self.wc_buf);
+            for i in 0..n {
+                let wc = self.wc_buf[i];
+                self.on_completion(&wc);
+            }
+            if self.ex.in_flight() > 0 {
+                self.ex.poll_backends(&mut reaped);
+                for (tag, res) in reaped.drain(..) {
+                    self.on_backend(tag, res);
+                }
+            }
+            self.retry_waiters();
+            self.flush();
+            if n == 0 {
+                std::thread::sleep(DRAIN_POLL);
+            }
+        }
+        let left = self.commands_in_flight();
+        bump(&self.stats.drained, (start.saturating_sub(left)) as u64);
+        if left > 0 {
+            warn!(
+                group = self.index,
+                left, "shutdown drain timed out; closing queues with commands in flight"
+            );
+        } else if start > 0 {
+            info!(
+                group = self.index,
+                answered = start,
+                "commands in flight at shutdown answered"
+            );
+        }
+    }
+
     fn shutdown_all(&mut self) {
         for qi in 0..self.queues.len() {
             self.kill_queue(qi as u16, "target shutting down");
         }
-        // Backend I/O still in flight must finish before buffers go away.
+        // Backend I/O still in flight must finish before buffers go away; so must the
+        // flushed work requests of the queues just closed.
         let mut reaped = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.ex.in_flight() > 0 && Instant::now() < deadline {
-            self.ex.poll_backends(&mut reaped);
-            for (tag, res) in reaped.drain(..) {
-                self.on_backend(tag, res);
+        let deadline = Instant::now() + BACKEND_DRAIN;
+        while self.queues.iter().any(Option::is_some) && Instant::now() < deadline {
+            let n = self.cq.poll(&mut self.wc_buf);
+            for i in 0..n {
+                let wc = self.wc_buf[i];
+                self.on_completion(&wc);
             }
-            std::thread::sleep(Duration::from_micros(100));
+            if self.ex.in_flight() > 0 {
+                self.ex.poll_backends(&mut reaped);
+                for (tag, res) in reaped.drain(..) {
+                    self.on_backend(tag, res);
+                }
+            }
+            if n == 0 {
+                std::thread::sleep(DRAIN_POLL);
+            }
         }
     }
 }

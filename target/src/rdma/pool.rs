@@ -37,6 +37,8 @@ pub struct BufferPool {
     bump: usize,
     free: Vec<Vec<usize>>,
     max_shift: u32,
+    /// Buffers handed out and not yet freed.
+    in_use: usize,
 }
 
 impl BufferPool {
@@ -58,6 +60,7 @@ impl BufferPool {
             bump: 0,
             free: vec![Vec::new(); (max_shift - MIN_CLASS_SHIFT + 1) as usize],
             max_shift,
+            in_use: 0,
         })
     }
 
@@ -90,6 +93,7 @@ impl BufferPool {
             }
         };
         let slice = DmaSlice::new(self.arena.clone(), off, len as usize)?;
+        self.in_use += 1;
         Some(PoolBuf {
             slice,
             class: class as u8,
@@ -99,6 +103,12 @@ impl BufferPool {
     pub fn free(&mut self, b: PoolBuf) {
         if let Some(list) = self.free.get_mut(usize::from(b.class)) {
             list.push(b.slice.offset);
+            self.in_use = self.in_use.saturating_sub(1);
         }
+    }
+
+    /// Buffers handed out and not yet freed (a leak check: 0 once the group is idle).
+    pub fn in_use(&self) -> usize {
+        self.in_use
     }
 }

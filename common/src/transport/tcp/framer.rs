@@ -14,6 +14,19 @@ use crate::wire::{get_bytes, get_bytes_n, get_u16, get_u32};
 /// The largest PDU data offset (`pdo` is one byte).
 const MAX_PDO: usize = u8::MAX as usize;
 
+/// A data PDU being collected (see [`PduReader::data_in_progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataProgress {
+    pub cid: u16,
+    pub ttag: u16,
+    /// DATAO: where the PDU's data goes in the command's data.
+    pub datao: u32,
+    /// Data bytes already in the reader's buffer.
+    pub received: usize,
+    /// DATAL: the PDU's data length.
+    pub len: usize,
+}
+
 /// A complete, validated PDU. Data slices borrow the reader's buffer until the next
 /// [`PduReader::feed`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +233,49 @@ impl PduReader {
         self.error
     }
 
+    /// The data PDU (H2CData or C2HData) whose data is being collected, once its
+    /// header passed every check, when it has no data digest: the caller may then
+    /// receive the rest of its data straight where it belongs and account for it with
+    /// [`skip_data`](PduReader::skip_data) instead of feeding it.
+    pub fn data_in_progress(&self) -> Option<DataProgress> {
+        let f = &self.frame;
+        let collecting = self.error.is_none()
+            && self.skippable()
+            && self.filled >= f.data_start
+            && self.filled < f.plen;
+        if !collecting {
+            return None;
+        }
+        let d = DataPdu::new_unchecked(get_bytes(&self.buf, 0..f.hlen));
+        Some(DataProgress {
+            cid: d.command_id(),
+            ttag: d.ttag(),
+            datao: d.data_offset(),
+            received: self.filled - f.data_start,
+            len: f.data_len,
+        })
+    }
+
+    /// Counts the next `n` data bytes of the PDU [`data_in_progress`] describes as
+    /// received, without being given them (the caller put them where they belong).
+    /// Returns how many were counted: at most what the data still lacks, 0 when no
+    /// such PDU is in progress. The PDU's data as handed out later holds only its first
+    /// [`DataProgress::received`] bytes (at the first skip); the rest of the slice is
+    /// stale.
+    ///
+    /// [`data_in_progress`]: PduReader::data_in_progress
+    pub fn skip_data(&mut self, n: usize) -> usize {
+        if self.data_in_progress().is_none() {
+            return 0;
+        }
+        let take = n.min(self.frame.plen - self.filled);
+        self.filled += take;
+        if self.filled == self.frame.plen {
+            self.on_payload();
+        }
+        take
+    }
+
     /// Whether part of a PDU has been fed but not completed (an end of stream now
     /// would cut a PDU short).
     pub fn has_partial_pdu(&self) -> bool {
@@ -253,6 +309,47 @@ impl PduReader {
     /// [`poll`](PduReader::poll). A fatal error poisons the reader and is returned
     /// by every later call.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, FramerError> {
+        self.feed_inner(bytes, false)
+    }
+
+    /// [`read`](PduReader::read), except that the data of a data PDU that
+    /// [`data_in_progress`](PduReader::data_in_progress) can describe is not consumed
+    /// unless the whole PDU lies in `bytes`: the reader stops at the data's start and
+    /// returns `(used, None)` with bytes left over, and the caller puts the data where
+    /// it belongs and accounts for it with [`skip_data`](PduReader::skip_data). So no
+    /// data byte is copied into the reader's buffer.
+    pub fn read_to_data<'a>(
+        &'a mut self,
+        bytes: &'a [u8],
+    ) -> (usize, Option<Result<Pdu<'a>, FramerError>>) {
+        if self.stage == Stage::Taken {
+            self.filled = 0;
+            self.digest_error = None;
+            self.stage = Stage::Common;
+        }
+        if self.error.is_none() && self.stage == Stage::Common && self.filled == 0 {
+            if let Some(done) = self.read_in_place(bytes) {
+                return done;
+            }
+        }
+        match self.feed_inner(bytes, true) {
+            Ok(n) => (n, self.poll()),
+            Err(e) => (0, Some(Err(e))),
+        }
+    }
+
+    /// Whether the data of the PDU being read can be received elsewhere and skipped
+    /// (see [`data_in_progress`](PduReader::data_in_progress)).
+    fn skippable(&self) -> bool {
+        let f = &self.frame;
+        self.stage == Stage::Payload
+            && matches!(f.kind, Kind::H2CData | Kind::C2HData)
+            && !f.ddgst
+            && f.data_len > 0
+            && f.data_start + f.data_len == f.plen
+    }
+
+    fn feed_inner(&mut self, bytes: &[u8], stop_at_data: bool) -> Result<usize, FramerError> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -272,6 +369,8 @@ impl PduReader {
                 Stage::Header => self.frame.hlen + if self.frame.hdgst { DIGEST_LEN } else { 0 },
                 _ => self.frame.plen,
             };
+            let stop = stop_at_data && self.skippable();
+            let want = if stop { self.frame.data_start } else { want };
             if self.filled < want {
                 let rest = bytes.get(used..).unwrap_or(&[]);
                 let n = (want - self.filled).min(rest.len());
@@ -290,6 +389,9 @@ impl PduReader {
                 if self.filled < want {
                     return Ok(used);
                 }
+            }
+            if stop {
+                return Ok(used);
             }
             let step = match self.stage {
                 Stage::Common => self.on_common_header(),

@@ -33,7 +33,7 @@ mod writer;
 mod tests;
 
 pub use error::FramerError;
-pub use framer::{Pdu, PduReader};
+pub use framer::{DataProgress, Pdu, PduReader};
 pub use negotiate::{
     ConfigError, ControllerConfig, HostConfig, IcReqParams, IcRespParams, Negotiated,
 };

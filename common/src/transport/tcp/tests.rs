@@ -1017,3 +1017,65 @@ fn reading_in_place_matches_feed_and_poll() {
     }
     assert!(in_place > 1000, "{in_place}");
 }
+
+#[test]
+fn data_received_elsewhere_is_skipped() {
+    for (hdgst, ddgst, hpda) in [(false, false, 0), (true, false, 3), (false, true, 0)] {
+        let (c, mut h) = digests(hdgst, ddgst);
+        h.hpda = hpda;
+        let p = pair(c, h);
+        let data = pattern(5000, 9);
+        let mut wire = Vec::new();
+        p.cw.c2h_data(0x33, 4096, &data, true, false, &mut wire)
+            .unwrap();
+        let head = wire.len() - data.len() - if ddgst { 4 } else { 0 };
+        p.cw.capsule_resp(&cqe(0x33), &mut wire).unwrap();
+        let mut r = p.host;
+        // Nothing to skip before the header (and padding) is in.
+        assert_eq!(r.feed(&wire[..head - 1]), Ok(head - 1));
+        assert_eq!(r.data_in_progress(), None);
+        assert_eq!(r.skip_data(10), 0);
+        // Header and 100 data bytes fed.
+        assert_eq!(r.feed(&wire[head - 1..head + 100]), Ok(101));
+        assert!(r.poll().is_none());
+        if ddgst {
+            // The digest needs the bytes: no skipping.
+            assert_eq!(r.data_in_progress(), None);
+            assert_eq!(r.skip_data(10), 0);
+            continue;
+        }
+        let d = r.data_in_progress().unwrap();
+        assert_eq!(
+            d,
+            DataProgress {
+                cid: 0x33,
+                ttag: 0,
+                datao: 4096,
+                received: 100,
+                len: 5000
+            }
+        );
+        assert_eq!(r.skip_data(1000), 1000);
+        assert_eq!(r.data_in_progress().unwrap().received, 1100);
+        assert_eq!(r.skip_data(10_000), 3900);
+        assert_eq!(r.data_in_progress(), None);
+        match r.poll() {
+            Some(Ok(Pdu::C2HData {
+                cid: 0x33,
+                datao: 4096,
+                last: true,
+                data: got,
+                ..
+            })) => {
+                assert_eq!(got.len(), 5000);
+                assert_eq!(&got[..100], &data[..100]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The stream goes on after the skipped data.
+        let rest = &wire[head + 5000..];
+        let (n, next) = r.read(rest);
+        assert_eq!(n, rest.len());
+        assert!(matches!(next, Some(Ok(Pdu::CapsuleResp { .. }))));
+    }
+}

@@ -37,8 +37,8 @@ use tracing::{debug, warn};
 
 use nvmf_common::transport::tcp::negotiate::{icreq_params, MAX_PDU_DATA};
 use nvmf_common::transport::tcp::{
-    encode_icreq, encode_term_req, FramerError, HostConfig, Negotiated, Pdu, PduReader, PduWriter,
-    Role,
+    encode_icreq, encode_term_req, DataProgress, FramerError, HostConfig, Negotiated, Pdu,
+    PduReader, PduWriter, Role,
 };
 use nvmf_common::types::Qid;
 use nvmf_common::verbs::DmaBuffer;
@@ -60,6 +60,9 @@ mod tests;
 const DPTR: std::ops::Range<usize> = sqe_offset::DPTR as usize..sqe_offset::DPTR as usize + 16;
 /// Bytes read from the socket at a time.
 const RX_CHUNK: usize = 128 * 1024;
+/// C2HData still missing at least this many bytes is received straight into its
+/// command's buffer instead of through the receive buffer and the framer.
+const DIRECT_MIN: usize = 16 * 1024;
 /// Socket reads per `poll` at most, so one busy queue cannot hold its caller forever.
 const READS_PER_POLL: usize = 16;
 /// Written bytes after which the output buffer is compacted (when more than half of
@@ -195,12 +198,13 @@ struct Conn {
     out_pos: usize,
     /// Completions ready for the caller.
     cqes: Vec<[u8; CQE_LEN]>,
-    /// Staging for data copied out of caller buffers.
-    scratch: Vec<u8>,
     /// The first bytes of the PDU being read: its header, echoed in a termination
     /// request, and its flags when the framer reports a data digest error.
     peek: [u8; MAX_TERM_DATA],
     peek_len: usize,
+    /// The C2HData PDU being read is being received straight into its command's
+    /// buffer; the first this many of its data bytes went to the framer.
+    direct: Option<usize>,
 }
 
 /// One NVMe/TCP queue (one TCP connection).
@@ -375,9 +379,9 @@ impl TcpHostQueue {
                 out: Vec::with_capacity(64 * 1024),
                 out_pos: 0,
                 cqes: Vec::with_capacity(usize::from(depth)),
-                scratch: Vec::new(),
                 peek: [0u8; MAX_TERM_DATA],
                 peek_len: 0,
+                direct: None,
             },
             dead: None,
         })
@@ -489,17 +493,39 @@ impl TcpHostQueue {
     /// Reads and handles what the socket has.
     fn read_in(&mut self) -> Result<(), Fatal> {
         let mut reads = 0;
+        // The last read took what the socket had.
+        let mut drained = false;
         loop {
-            // Hand every complete PDU in `rx` to the handlers.
+            // Hand every complete PDU in `rx` to the handlers. A PDU that lies whole
+            // in `rx` is handled where it is; the data of a larger C2HData PDU is
+            // copied from `rx` straight into its command's buffer.
             while self.rx_start < self.rx_end {
                 let input = self.rx.get(self.rx_start..self.rx_end).unwrap_or(&[]);
-                let n = match self.reader.feed(input) {
-                    Ok(n) => n,
-                    Err(e) => return self.framer_error(e),
+                let progress = self.reader.data_in_progress();
+                if let Some(d) = progress {
+                    if let Some(dst) = self.conn.direct_dst(&d, 0) {
+                        let n = dst.len().min(input.len());
+                        if let (Some(to), Some(from)) = (dst.get_mut(..n), input.get(..n)) {
+                            to.copy_from_slice(from);
+                        }
+                        self.conn.direct.get_or_insert(d.received);
+                        self.reader.skip_data(n);
+                        self.rx_start += n;
+                        self.take_ready()?;
+                        continue;
+                    }
+                }
+                let (n, out) = if progress.is_some() {
+                    // Not for a buffer of ours: the ordinary path reports it.
+                    self.reader.read(input)
+                } else {
+                    self.reader.read_to_data(input)
                 };
                 self.conn.peek_extend(input.get(..n).unwrap_or(&[]));
                 self.rx_start += n;
-                let r = match self.reader.poll() {
+                let r = match out {
+                    // Stopped at the start of data (see above), or all consumed.
+                    None if n > 0 => continue,
                     None => break,
                     Some(Ok(pdu)) => self.conn.on_pdu(pdu),
                     Some(Err(e)) => {
@@ -511,11 +537,35 @@ impl TcpHostQueue {
                 r?;
                 self.conn.peek_len = 0;
             }
-            if reads >= READS_PER_POLL {
+            // Another read would most likely find nothing (one system call saved).
+            if reads >= READS_PER_POLL || drained {
                 return Ok(());
             }
             self.rx_start = 0;
             self.rx_end = 0;
+            // The rest of a large C2HData PDU goes straight into its command's buffer.
+            if let Some(d) = self.reader.data_in_progress() {
+                if let Some(dst) = self.conn.direct_dst(&d, DIRECT_MIN) {
+                    let want = dst.len();
+                    match self.sock.read(dst) {
+                        Ok(0) => {
+                            return Err(Fatal::quiet(
+                                "the controller closed the connection in the middle of a PDU"
+                                    .into(),
+                            ))
+                        }
+                        Ok(n) => {
+                            reads += 1;
+                            drained = n < want;
+                            self.conn.direct.get_or_insert(d.received);
+                            self.reader.skip_data(n);
+                            self.take_ready()?;
+                            continue;
+                        }
+                        Err(e) => return self.read_error(e),
+                    }
+                }
+            }
             match self.sock.read(&mut self.rx) {
                 Ok(0) => {
                     let mid = if self.reader.has_partial_pdu() {
@@ -530,14 +580,33 @@ impl TcpHostQueue {
                 Ok(n) => {
                     self.rx_end = n;
                     reads += 1;
+                    drained = n < self.rx.len();
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
-                    return Err(Fatal::quiet("the controller reset the connection".into()))
-                }
-                Err(e) => return Err(Fatal::quiet(format!("receive failed: {e}"))),
+                Err(e) => return self.read_error(e),
             }
+        }
+    }
+
+    /// Handles the PDU that data skipped in the framer completed, if it did.
+    fn take_ready(&mut self) -> Result<(), Fatal> {
+        let (_, out) = self.reader.read(&[]);
+        let r = match out {
+            None => return Ok(()),
+            Some(Ok(pdu)) => self.conn.on_pdu(pdu),
+            Some(Err(e)) => self.framer_error(e),
+        };
+        self.conn.peek_len = 0;
+        r
+    }
+
+    /// A failed socket read: nothing to read (or interrupted) is not an error.
+    fn read_error(&self, e: std::io::Error) -> Result<(), Fatal> {
+        match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(()),
+            ErrorKind::ConnectionReset => {
+                Err(Fatal::quiet("the controller reset the connection".into()))
+            }
+            _ => Err(Fatal::quiet(format!("receive failed: {e}"))),
         }
     }
 }
@@ -580,6 +649,35 @@ impl Conn {
         self.peek.get(..hlen.min(self.peek_len)).unwrap_or(&[])
     }
 
+    /// Where the rest of the C2HData PDU `d` goes when it is put straight into its
+    /// command's buffer: when at least `min` bytes are missing (or the PDU is already
+    /// being received this way) and the
+    /// PDU fits a read command that has not failed (anything else takes the ordinary
+    /// path, which reports what is wrong).
+    fn direct_dst(&mut self, d: &DataProgress, min: usize) -> Option<&mut [u8]> {
+        let missing = d.len.checked_sub(d.received)?;
+        // Once started, the whole rest of the PDU's data goes this way (the handler
+        // copies only the bytes the framer got first).
+        if missing < min && self.direct.is_none() {
+            return None;
+        }
+        let cmd = self.slots.get(usize::from(d.cid))?.as_ref()?;
+        let end = (d.datao as usize).checked_add(d.len)?;
+        if cmd.dir != DataDir::FromCtrl || cmd.failed.is_some() || end > cmd.len as usize {
+            return None;
+        }
+        let buf = cmd.buf.as_ref()?;
+        if end > buf.len {
+            return None;
+        }
+        let at = buf.offset + d.datao as usize + d.received;
+        // SAFETY: a read command's buffer belongs to the transport until the command
+        // completes: the caller does not touch it and nothing else writes it (TCP has
+        // no DMA). The range lies inside the buffer (checked above and by
+        // `slice_mut`), and the borrow ends with the socket read into it.
+        unsafe { buf.buf.slice_mut(at, missing) }
+    }
+
     fn slot(&mut self, cid: u16) -> Option<&mut Cmd> {
         self.slots
             .get_mut(usize::from(cid))
@@ -598,6 +696,7 @@ impl Conn {
     }
 
     fn on_pdu(&mut self, pdu: Pdu<'_>) -> Result<(), Fatal> {
+        let direct = self.direct.take();
         match pdu {
             Pdu::CapsuleResp { cqe } => {
                 self.on_resp(cqe);
@@ -609,7 +708,7 @@ impl Conn {
                 success,
                 data,
                 ..
-            } => self.on_c2h_data(cid, datao, success, data),
+            } => self.on_c2h_data(cid, datao, success, data, direct),
             Pdu::R2T {
                 cid,
                 ttag,
@@ -649,6 +748,7 @@ impl Conn {
         datao: u32,
         success: bool,
         data: &[u8],
+        direct: Option<usize>,
     ) -> Result<(), Fatal> {
         let Some(cmd) = self.slot(cid) else {
             return Err(Fatal::new(
@@ -680,6 +780,12 @@ impl Conn {
                 0,
             ));
         }
+        // Data received straight into the buffer (see `direct_dst`) is there already,
+        // all but the first bytes, which the framer holds.
+        let data = match direct {
+            Some(k) => data.get(..k).unwrap_or(data),
+            None => data,
+        };
         if cmd.failed.is_none() && !buf.write_at(datao as usize, data) {
             return Err(Fatal::quiet(format!(
                 "C2HData for command id {cid}: cannot copy {} bytes at {datao} into its buffer",
@@ -773,21 +879,23 @@ impl Conn {
             ));
         }
         cmd.r2t_end = r2to + r2tl;
+        // SAFETY: the caller does not write a write command's buffer until the command
+        // completes, and nothing else writes it (TCP has no DMA); the borrow ends with
+        // the copies into H2CData PDUs below.
+        let whole = unsafe { buf.buf.slice(buf.offset, buf.len) }.unwrap_or(&[]);
         let mut at = r2to;
         let stop = r2to + r2tl;
         while at < stop {
             let n = (stop - at).min(maxh2cdata);
-            self.scratch.clear();
-            self.scratch.resize(n as usize, 0);
-            if !buf.read_at(at as usize, &mut self.scratch) {
+            let Some(piece) = whole.get(at as usize..(at + n) as usize) else {
                 return Err(Fatal::quiet(format!(
                     "R2T for command id {cid}: cannot read bytes {at}..{} of its buffer",
                     at + n
                 )));
-            }
+            };
             let last = at + n == stop;
             self.writer
-                .h2c_data(cid, ttag, at, &self.scratch, last, &mut self.out)
+                .h2c_data(cid, ttag, at, piece, last, &mut self.out)
                 .map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
             at += n;
         }
@@ -850,17 +958,16 @@ impl HostQueue for TcpHostQueue {
             .ok_or_else(|| TransportError::Invalid("SQE too short".into()))?;
         desc.emit(dptr)
             .map_err(|e| TransportError::Invalid(format!("SGL: {e}")))?;
-        c.scratch.clear();
-        if let (true, Some(b)) = (in_capsule, data) {
-            c.scratch.resize(b.len, 0);
-            if !b.read_at(0, &mut c.scratch) {
-                return Err(TransportError::Invalid(
-                    "cannot read the write buffer".into(),
-                ));
-            }
-        }
+        let icd_data: &[u8] = match (in_capsule, data) {
+            // SAFETY: the caller hands the write buffer to the command and does not
+            // write it until the command completes; nothing else writes it (TCP has no
+            // DMA). The borrow ends with the copy into the capsule below.
+            (true, Some(b)) => unsafe { b.buf.slice(b.offset, b.len) }
+                .ok_or_else(|| TransportError::Invalid("cannot read the write buffer".into()))?,
+            _ => &[],
+        };
         c.writer
-            .capsule_cmd(&capsule, &c.scratch, &mut c.out)
+            .capsule_cmd(&capsule, icd_data, &mut c.out)
             .map_err(|e| TransportError::Invalid(format!("CapsuleCmd: {e}")))?;
         if let Some(s) = c.slots.get_mut(usize::from(slot)) {
             *s = Some(Cmd {

@@ -596,6 +596,53 @@ fn read_in_two_c2h_chunks_then_capsule_resp() {
 }
 
 #[test]
+fn large_c2h_data_arriving_in_pieces_lands_in_the_buffer() {
+    // Large C2HData is received straight into the command's buffer once its header is
+    // in; pieces of every size (smaller and larger than that path's threshold) and
+    // header digests must leave exactly the data in the buffer.
+    for hdgst in [false, true] {
+        let data = pattern(200_000, 5);
+        let d2 = data.clone();
+        let (addr, h) = fake(ControllerConfig::default(), move |mut c| {
+            let (s, _) = c.cmd();
+            assert_eq!(sgl1(&s), SglDescriptor::transport(200_000).to_bytes());
+            let mut first = Vec::new();
+            c.w.c2h_data(3, 0, &d2[..150_000], false, false, &mut first)
+                .unwrap();
+            // The header and a few data bytes, a large part, most of the rest (so that
+            // less than the threshold is missing), then the last bytes.
+            let tail = first.len() - 10_000;
+            let mut at = 0;
+            for end in [30, 40_030, 70_000, tail, first.len() - 7, first.len()] {
+                c.send(&first[at..end]);
+                at = end;
+                thread::sleep(Duration::from_millis(20));
+            }
+            // The second PDU and the response in one go.
+            let mut rest = Vec::new();
+            c.w.c2h_data(3, 150_000, &d2[150_000..], true, false, &mut rest)
+                .unwrap();
+            c.send(&rest[..10]);
+            thread::sleep(Duration::from_millis(5));
+            c.send(&rest[10..]);
+            c.resp(3, Status::SUCCESS, 0);
+            assert_eq!(c.recv(), Got::Eof);
+        });
+        let f = TcpFabric::new(addr, opts(hdgst, false));
+        let mut q = f.connect(&params(1, 4, 0)).unwrap();
+        let b = f.alloc(200_000).unwrap();
+        q.submit(3, &sqe(READ, 3), Some(&b), DataDir::FromCtrl)
+            .unwrap();
+        q.flush().unwrap();
+        let out = poll_n(&mut q, 1).unwrap();
+        assert_eq!(cqe_cid(&out[0]), 3);
+        assert!(contents(&b) == data, "hdgst {hdgst}: data differs");
+        drop(q);
+        h.join().unwrap();
+    }
+}
+
+#[test]
 fn read_with_c2h_success_synthesizes_the_completion() {
     let data = pattern(4096, 4);
     let d2 = data.clone();

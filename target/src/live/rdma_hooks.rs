@@ -1,0 +1,157 @@
+//! [`PortHooks`] for NVMe/RDMA and loopback ports: a port added while running gets a
+//! listener on the [`RdmaServer`] of the verbs device its address belongs to (a new
+//! server, with its own poll groups, when no port used that device yet); a removed
+//! port loses its listener. Queues already connected through a removed port are ended
+//! by the live change itself (their controllers are dropped with the port).
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use nvmf_common::config::TrType;
+use nvmf_common::verbs::Device;
+
+use super::PortHooks;
+use crate::params::PortInfo;
+use crate::rdma::poll_group::GroupCounters;
+use crate::rdma::RdmaServer;
+use crate::target::Target;
+
+/// Finds the verbs device that serves a port's address.
+pub type DeviceResolver = dyn Fn(&Arc<PortInfo>) -> Result<Arc<dyn Device>, String> + Send + Sync;
+
+/// The NVMe/RDMA (and loopback) side of a running target.
+pub struct RdmaPorts {
+    target: Arc<Target>,
+    servers: Mutex<Vec<RdmaServer>>,
+    resolve: Box<DeviceResolver>,
+}
+
+impl RdmaPorts {
+    /// Takes over the servers started for the configured ports; `resolve` finds the
+    /// device of a port added later.
+    pub fn new(
+        target: Arc<Target>,
+        servers: Vec<RdmaServer>,
+        resolve: Box<DeviceResolver>,
+    ) -> RdmaPorts {
+        RdmaPorts {
+            target,
+            servers: Mutex::new(servers),
+            resolve,
+        }
+    }
+
+    /// Data-path counters summed over every server's poll groups.
+    pub fn counters(&self) -> GroupCounters {
+        let mut t = GroupCounters::default();
+        for s in self.servers.lock().iter() {
+            let c = s.counters();
+            t.send_doorbells += c.send_doorbells;
+            t.send_wrs += c.send_wrs;
+            t.recv_doorbells += c.recv_doorbells;
+            t.recv_wrs += c.recv_wrs;
+            t.commands += c.commands;
+            t.sleeps += c.sleeps;
+            t.queues += c.queues;
+            t.bufs_in_use += c.bufs_in_use;
+            t.drained += c.drained;
+            t.refused_at_shutdown += c.refused_at_shutdown;
+        }
+        t
+    }
+
+    /// Graceful stop of every server (see [`RdmaServer::shutdown`]).
+    pub fn shutdown(&self) {
+        let servers = std::mem::take(&mut *self.servers.lock());
+        for s in servers {
+            let c = s.shutdown();
+            if c.queues != 0 || c.bufs_in_use != 0 {
+                tracing::warn!(
+                    queues = c.queues,
+                    buffers = c.bufs_in_use,
+                    "NVMe/RDMA poll groups stopped with queues or buffers still held"
+                );
+            }
+        }
+    }
+}
+
+impl PortHooks for RdmaPorts {
+    fn can_serve(&self, trtype: TrType) -> bool {
+        matches!(trtype, TrType::Rdma | TrType::Loopback)
+    }
+
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+        if !self.can_serve(port.trtype) {
+            return Err(format!(
+                "port {}: {} ports are not served by verbs",
+                port.portid,
+                port.trtype.as_str()
+            ));
+        }
+        let device = (self.resolve)(port)?;
+        let mut servers = self.servers.lock();
+        let name = device.name();
+        if let Some(s) = servers.iter().find(|s| s.device().name() == name) {
+            return s
+                .add_port(port)
+                .map_err(|e| format!("port {}: {e}", port.portid));
+        }
+        let s = RdmaServer::start(self.target.clone(), device, std::slice::from_ref(port))
+            .map_err(|e| format!("port {}: {e}", port.portid))?;
+        let addr = s.port_addr(port.portid).unwrap_or_default();
+        servers.push(s);
+        Ok(addr)
+    }
+
+    fn remove_port(&self, portid: u16) {
+        for s in self.servers.lock().iter() {
+            if s.remove_port(portid) {
+                return;
+            }
+        }
+    }
+
+    fn port_addr(&self, portid: u16) -> Option<String> {
+        self.servers.lock().iter().find_map(|s| s.port_addr(portid))
+    }
+}
+
+/// Every transport's ports: NVMe/TCP and verbs (RDMA, loopback) hooks by trtype.
+pub struct TransportPorts {
+    pub tcp: Arc<dyn PortHooks>,
+    pub rdma: Arc<RdmaPorts>,
+}
+
+impl TransportPorts {
+    fn for_trtype(&self, trtype: TrType) -> &dyn PortHooks {
+        if self.rdma.can_serve(trtype) {
+            self.rdma.as_ref()
+        } else {
+            self.tcp.as_ref()
+        }
+    }
+}
+
+impl PortHooks for TransportPorts {
+    fn can_serve(&self, trtype: TrType) -> bool {
+        self.for_trtype(trtype).can_serve(trtype)
+    }
+
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+        self.for_trtype(port.trtype).add_port(port)
+    }
+
+    fn remove_port(&self, portid: u16) {
+        // Port ids are unique across transports: only the one serving it acts.
+        self.tcp.remove_port(portid);
+        self.rdma.remove_port(portid);
+    }
+
+    fn port_addr(&self, portid: u16) -> Option<String> {
+        self.tcp
+            .port_addr(portid)
+            .or_else(|| self.rdma.port_addr(portid))
+    }
+}
