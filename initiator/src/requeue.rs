@@ -16,6 +16,11 @@ use crate::error::Error;
 use crate::queue::Queue;
 use crate::reconnect::{RetryPolicy, Session};
 
+/// Reconnects in a row after which a worker that completed nothing in between gives
+/// up: a target that accepts the connection and then breaks it at once would
+/// otherwise be reconnected to forever.
+pub const MAX_FRUITLESS_RECONNECTS: u32 = 8;
+
 /// A queue's generation: which incarnation of the controller it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Generation(pub u64);

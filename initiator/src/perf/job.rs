@@ -27,7 +27,7 @@ use crate::command;
 use crate::error::Error;
 use crate::queue::{Completion, Queue};
 use crate::reconnect::RetryPolicy;
-use crate::requeue::{Generation, Recovery};
+use crate::requeue::{Generation, Recovery, MAX_FRUITLESS_RECONNECTS};
 use crate::transport::{DataDir, IoBuf};
 
 /// How long the loop polls without a completion before it blocks in `wait`. While
@@ -207,6 +207,8 @@ struct Job<'a> {
     inflight: usize,
     /// Whether host timeouts are retried after a reconnect rather than counted.
     recovering: bool,
+    /// Successful completions in every phase (progress between reconnects).
+    completed: u64,
     /// Every successful completion, ramp included (for the progress line).
     done_ios: u64,
     done_bytes: u64,
@@ -281,11 +283,13 @@ pub fn run_job(
         retry: Vec::new(),
         inflight: 0,
         recovering: recovery.is_some_and(|r| r.source.retry_policy() == RetryPolicy::Retry),
+        completed: 0,
         done_ios: 0,
         done_bytes: 0,
     };
     let mut generation = Generation::default();
     let mut phase = Phase::Main;
+    let (mut fruitless, mut done_at_loss) = (0u32, 0u64);
     loop {
         match job.drive(q, phase) {
             Ok(()) if phase == Phase::Main && cfg.verify && cfg.rw.writes() && !job.failed => {
@@ -298,6 +302,18 @@ pub fn run_job(
                     job.record_error(&e);
                     break;
                 };
+                fruitless = if job.completed == done_at_loss {
+                    fruitless + 1
+                } else {
+                    0
+                };
+                done_at_loss = job.completed;
+                if fruitless > MAX_FRUITLESS_RECONNECTS {
+                    job.record_error(&Error::Timeout(format!(
+                        "{MAX_FRUITLESS_RECONNECTS} reconnects in a row without a completed command; last error: {e}"
+                    )));
+                    break;
+                }
                 match job.recover(q, rc, &mut generation, &e) {
                     Ok(true) => {}
                     Ok(false) => break,
@@ -475,6 +491,7 @@ impl Job<'_> {
             }
             return true;
         }
+        self.completed += 1;
         if phase == Phase::Main {
             self.done_ios += 1;
             self.done_bytes += len as u64;
