@@ -84,6 +84,8 @@ const TX_HIGH_WATER: usize = 8 << 20;
 /// Bytes of each PDU's start kept for termination requests and digest errors: the
 /// longest header those read (a CapsuleCmd's).
 const HDR_KEEP: usize = CMD_HDR_LEN;
+/// A spinning group reads a connected admin queue's socket on every this many passes.
+const ADMIN_READ_EVERY: u32 = 16;
 /// Epoll events taken per wait.
 const EPOLL_BATCH: usize = 64;
 /// Epoll tokens: connections use `gen << 16 | index` (below 2^32).
@@ -363,6 +365,8 @@ struct Group {
     closing: Vec<(TcpStream, Instant)>,
     backend_fds: Vec<RawFd>,
     rxbuf: Vec<u8>,
+    /// Passes of `read_all` (for reading admin queues less often).
+    spins: u32,
     events: Vec<EpollEvent>,
     stats: Arc<GroupStats>,
 }
@@ -424,6 +428,7 @@ pub fn spawn(
         closing: Vec::new(),
         backend_fds: Vec::new(),
         rxbuf: vec![0u8; RX_BUF],
+        spins: 0,
         events: vec![EpollEvent::empty(); EPOLL_BATCH],
         stats,
     };
@@ -641,10 +646,15 @@ impl Group {
     /// Reads every live connection (spinning). Returns how many had data.
     fn read_all(&mut self) -> usize {
         let mut n = 0;
+        self.spins = self.spins.wrapping_add(1);
+        // A connected admin queue carries few commands: it is read on every
+        // ADMIN_READ_EVERY-th pass only, which saves a `read` per pass on the I/O path.
+        let admin_turn = self.spins.is_multiple_of(ADMIN_READ_EVERY);
         for ci in 0..self.conns.len() {
             let live = matches!(
                 self.conns.get(ci),
                 Some(Some(c)) if !c.dead && c.tx.queued() <= TX_HIGH_WATER
+                    && (admin_turn || !c.connected || !c.ctx.qid.is_admin())
             );
             if live {
                 n += self.service_read(ci as u16);

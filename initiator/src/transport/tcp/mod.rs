@@ -63,6 +63,9 @@ const RX_CHUNK: usize = 128 * 1024;
 /// C2HData still missing at least this many bytes is received straight into its
 /// command's buffer instead of through the receive buffer and the framer.
 const DIRECT_MIN: usize = 16 * 1024;
+/// Bytes read into the receive buffer after a large C2HData PDU: the next PDUs'
+/// headers, not the next PDU's data (which then goes straight into its buffer).
+const SMALL_RX: usize = 256;
 /// Socket reads per `poll` at most, so one busy queue cannot hold its caller forever.
 const READS_PER_POLL: usize = 16;
 /// Written bytes after which the output buffer is compacted (when more than half of
@@ -205,6 +208,8 @@ struct Conn {
     /// The C2HData PDU being read is being received straight into its command's
     /// buffer; the first this many of its data bytes went to the framer.
     direct: Option<usize>,
+    /// The last C2HData PDU was received that way (see `SMALL_RX`).
+    large_data: bool,
 }
 
 /// One NVMe/TCP queue (one TCP connection).
@@ -382,6 +387,7 @@ impl TcpHostQueue {
                 peek: [0u8; MAX_TERM_DATA],
                 peek_len: 0,
                 direct: None,
+                large_data: false,
             },
             dead: None,
         })
@@ -566,7 +572,14 @@ impl TcpHostQueue {
                     }
                 }
             }
-            match self.sock.read(&mut self.rx) {
+            // After a large C2HData PDU another is likely: read little, so that its
+            // data goes straight into its buffer rather than through `rx`.
+            let cap = if self.conn.large_data {
+                SMALL_RX
+            } else {
+                self.rx.len()
+            };
+            match self.sock.read(self.rx.get_mut(..cap).unwrap_or(&mut [])) {
                 Ok(0) => {
                     let mid = if self.reader.has_partial_pdu() {
                         " in the middle of a PDU"
@@ -580,7 +593,7 @@ impl TcpHostQueue {
                 Ok(n) => {
                     self.rx_end = n;
                     reads += 1;
-                    drained = n < self.rx.len();
+                    drained = n < cap;
                 }
                 Err(e) => return self.read_error(e),
             }
@@ -750,6 +763,7 @@ impl Conn {
         data: &[u8],
         direct: Option<usize>,
     ) -> Result<(), Fatal> {
+        self.large_data = direct.is_some() && data.len() >= DIRECT_MIN;
         let Some(cmd) = self.slot(cid) else {
             return Err(Fatal::new(
                 format!(
