@@ -348,6 +348,9 @@ fn spawn_target(file: &std::path::Path) -> (Child, SocketAddr) {
     (child, addr)
 }
 
+/// Extents flushed before the target is killed (of the workload's 16384).
+const KILL_AFTER_EXTENTS: usize = 2048;
+
 #[test]
 fn target_killed_during_verified_writes_keeps_everything_flushed() {
     let path = std::env::temp_dir().join(format!("nvmf-sigkill-{}.img", std::process::id()));
@@ -370,10 +373,19 @@ fn target_killed_during_verified_writes_keeps_everything_flushed() {
         }
         let mut ctrl = connect_to(&fabric, &nqn, 1, 32);
         let mut q = ctrl.take_io_queues().remove(0);
-        // SIGKILL from another thread while writes run: usually mid-batch.
+        // SIGKILL from another thread while writes run (usually mid-batch), once a
+        // good part of the workload is flushed: by progress, not by time, so a fast
+        // machine cannot finish the workload first.
         let pid = child.id().to_string();
+        let progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&progress);
         let killer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(1500));
+            let give_up = Instant::now() + Duration::from_secs(60);
+            while seen.load(std::sync::atomic::Ordering::Relaxed) < KILL_AFTER_EXTENTS
+                && Instant::now() < give_up
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             Command::new("kill")
                 .args(["-KILL", &pid])
                 .status()
@@ -394,6 +406,7 @@ fn target_killed_during_verified_writes_keeps_everything_flushed() {
             }
             next += 16;
             flushed_upto = next;
+            progress.store(next, std::sync::atomic::Ordering::Relaxed);
         }
         assert!(
             killer.join().unwrap_or(false),
