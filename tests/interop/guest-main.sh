@@ -34,6 +34,9 @@ while read -r case; do
   # Whatever a case left behind must not leak into the next one.
   nvme disconnect-all > /dev/null 2>&1
   for p in "$LOG"/*.pid; do [ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null; done
+  # Also whatever a case started by hand: a leftover host would reconnect to the next target.
+  pkill -9 -f "^$BIN/" 2>/dev/null
+  sleep 1
   sh -c ". $INTEROP/lib.sh; kernel_target_clear" > /dev/null 2>&1
   rm -rf "$WORK"
 done < /vmout/cases

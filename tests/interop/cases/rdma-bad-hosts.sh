@@ -41,7 +41,9 @@ stop_bg target
 # rdma_cm events when it waits), not only when its command timeouts expire.
 start_bg doomed "$BIN/nvmf-target" --transport rdma --listen "$GUEST_IP:4420" --nqn "$NQN" --namespace ram:64M
 run "doomed target listens" wait_log doomed "port 1 rdma at $GUEST_IP:4420"
-"$I" perf $C -n "$NQN" --rw randread --bs 4k --iodepth 8 --runtime 60 > "$LOG/orphan.log" 2>&1 &
+# --ctrl-loss-tmo 0: no reconnect attempts (the default, like the kernel host's, retries
+# for 600 s), so the host must fail as soon as it notices.
+"$I" perf $C -n "$NQN" --ctrl-loss-tmo 0 --rw randread --bs 4k --iodepth 8 --runtime 60 > "$LOG/orphan.log" 2>&1 &
 ORPHAN=$!
 run "the host's queues are up" wait_log doomed "admin queue connected" 60
 sleep 5
