@@ -156,11 +156,11 @@ fn connection_cut_with_io_in_flight_leaks_nothing_and_data_verifies() {
         drop(ctrl);
         // Everything the connections held is released.
         wait_counters(&env, "connections and buffers released", |c| {
-            c.connections == 0 && c.buffers_in_use == 0
+            c.queues == 0 && c.buffers_in_use == 0
         });
         // A new association (directly, no proxy) sees every acknowledged write.
         verify(&env.fabric, &env.nqn, round, &acked);
-        wait_counters(&env, "verifier gone", |c| c.connections == 0);
+        wait_counters(&env, "verifier gone", |c| c.queues == 0);
         assert!(
             sub.controllers().is_empty(),
             "round {round}: controllers left behind"
@@ -267,7 +267,7 @@ fn delayed_and_truncated_streams_end_only_that_connection() {
     drop(q);
     drop(ctrl);
     wait_counters(&env, "stalled connection closed", |c| {
-        c.connections == 0 && c.buffers_in_use == 0
+        c.queues == 0 && c.buffers_in_use == 0
     });
     nvmf_tests::assert_serves(&env.fabric, &env.nqn, 500);
 }

@@ -60,7 +60,7 @@ fn wait_counters(env: &TcpEnv, what: &str, f: impl Fn(&GroupCounters) -> bool) {
 /// `live` connections remain; then a well-behaved host is served.
 fn assert_recovered(env: &TcpEnv, live: u64) {
     wait_counters(env, "the connection's resources released", |c| {
-        c.buffers_in_use == 0 && c.connections == live
+        c.buffers_in_use == 0 && c.queues == live
     });
     assert_serves(&env.fabric, &env.nqn, 1000);
 }
@@ -802,7 +802,7 @@ fn many_bad_connections_leave_nothing_behind() {
         drop(h);
     }
     wait_counters(&env, "every connection closed", |c| {
-        c.connections == 0 && c.closed >= before.closed + 50 && c.buffers_in_use == 0
+        c.queues == 0 && c.closed >= before.closed + 50 && c.buffers_in_use == 0
     });
     assert_serves(&env.fabric, &env.nqn, 1000);
     let _ = Cntlid::DYNAMIC;

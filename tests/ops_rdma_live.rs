@@ -319,7 +319,7 @@ fn shutdown_answers_commands_in_flight_refuses_later_ones_and_leaks_nothing() {
     );
     // Nothing leaked: no queue, no data buffer, no controller.
     assert_eq!(counters.queues, 0, "{counters:?}");
-    assert_eq!(counters.bufs_in_use, 0, "{counters:?}");
+    assert_eq!(counters.buffers_in_use, 0, "{counters:?}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !subsys.controllers().is_empty() {
         assert!(Instant::now() < deadline, "controller left after shutdown");

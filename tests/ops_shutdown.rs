@@ -61,13 +61,13 @@ fn host_disconnecting_mid_io_leaks_no_request_buffer_or_controller() {
                 .subsystem_by_name(SUB)
                 .map(|s| s.controllers().len())
                 .unwrap_or(0);
-            if k.connections == 0 && k.buffers_in_use == 0 && ctrls == 0 {
+            if k.queues == 0 && k.buffers_in_use == 0 && ctrls == 0 {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
                 "round {round}: leaked: {} connection(s), {} buffer(s), {ctrls} controller(s)",
-                k.connections,
+                k.queues,
                 k.buffers_in_use
             );
             std::thread::sleep(Duration::from_millis(50));

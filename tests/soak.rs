@@ -227,7 +227,7 @@ fn soak_tcp() {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let c = env.server.counters();
-        if c.connections == 0 && c.buffers_in_use == 0 {
+        if c.queues == 0 && c.buffers_in_use == 0 {
             break;
         }
         assert!(

@@ -7,6 +7,7 @@ pub mod fastmap;
 pub mod live;
 pub mod params;
 pub mod rdma;
+pub mod runtime;
 pub mod subsystem;
 pub mod target;
 pub mod tcp;

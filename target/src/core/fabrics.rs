@@ -122,8 +122,9 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
             return Err(invalid_param(true, connect_data_offset::HOSTNQN, req));
         }
     };
-    if qid != q.qid.0 {
-        warn!(%subnqn, %hostnqn, "Connect for qid {qid} on transport queue {}", q.qid);
+    if let Some(bound) = q.bound_qid.filter(|b| b.0 != qid) {
+        // NVMe/RDMA named the queue in its CM private data; the Connect must agree.
+        warn!(%subnqn, %hostnqn, "Connect for qid {qid} on transport queue {bound}");
         return Err(invalid_param(false, connect_offset::QID, req));
     }
     let Some(subsys) = ex.target.find_subsystem(&subnqn) else {
@@ -142,7 +143,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     }
     let params = ex.target.params.clone();
     let cntlid = Cntlid(d.cntlid());
-    if q.qid.is_admin() {
+    if Qid(qid).is_admin() {
         if sqsize == 0 || u32::from(sqsize) >= u32::from(params.max_admin_queue_size) {
             warn!(%subnqn, %hostnqn, sqsize, "admin Connect with invalid queue size");
             return Err(invalid_param(false, connect_offset::SQSIZE, req));
@@ -170,7 +171,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         );
         subsys.register_controller(&ctrl);
         info!(%subnqn, %hostnqn, cntlid = %id, kato_ms, sqsize, "admin queue connected");
-        q.sqsize = sqsize;
+        q.install(Qid(qid), sqsize, cmd.cattr());
         q.ctrl = Some(ctrl);
         req.dw0 = u32::from(id.0);
         return Ok(());
@@ -203,7 +204,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         }
     }
     tracing::debug!(%subnqn, %cntlid, qid, sqsize, "I/O queue connected");
-    q.sqsize = sqsize;
+    q.install(Qid(qid), sqsize, cmd.cattr());
     q.ctrl = Some(ctrl);
     Ok(())
 }

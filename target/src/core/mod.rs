@@ -174,9 +174,17 @@ impl Request {
 
 /// Per-queue state, owned by the transport connection.
 pub struct QueueCtx {
+    /// The queue id, set by a successful Connect (0 before).
     pub qid: Qid,
+    /// The queue id the fabric named before the Connect (NVMe/RDMA: the CM private
+    /// data), which the Connect must repeat. None where the Connect alone names the
+    /// queue (NVMe/TCP).
+    pub bound_qid: Option<Qid>,
     /// 0-based size of the submission queue (Connect SQSIZE).
     pub sqsize: u16,
+    /// Connect CATTR asked to disable SQ flow control (SQHD not reported as such; on
+    /// NVMe/TCP a successful read may end with its last C2HData).
+    pub sq_flow_disabled: bool,
     pub ctrl: Option<Arc<Controller>>,
     pub port: Arc<PortInfo>,
     /// Submission queue head, reported in every CQE.
@@ -188,16 +196,36 @@ pub struct QueueCtx {
 }
 
 impl QueueCtx {
+    /// A queue the fabric bound to `qid` with `sqsize` before its Connect.
     pub fn new(qid: Qid, sqsize: u16, port: Arc<PortInfo>) -> Self {
         QueueCtx {
             qid,
+            bound_qid: Some(qid),
             sqsize,
+            sq_flow_disabled: false,
             ctrl: None,
             port,
             sq_head: 0,
             disconnect: false,
             held_aers: Vec::new(),
         }
+    }
+
+    /// A queue whose id and size its Connect will name.
+    pub fn unbound(port: Arc<PortInfo>) -> Self {
+        QueueCtx {
+            bound_qid: None,
+            ..QueueCtx::new(Qid(0), 0, port)
+        }
+    }
+
+    /// Installs the queue a successful Connect named. The Connect was the queue's
+    /// first command, so the SQ head has moved past exactly one entry.
+    pub(crate) fn install(&mut self, qid: Qid, sqsize: u16, cattr: u8) {
+        self.qid = qid;
+        self.sqsize = sqsize;
+        self.sq_head = 1;
+        self.sq_flow_disabled = cattr & nvmf_common::wire::fabrics::cattr::DISABLE_SQFLOW != 0;
     }
 
     /// Advances the SQ head for a newly fetched command (flow control).

@@ -46,17 +46,7 @@ impl RdmaPorts {
     pub fn counters(&self) -> GroupCounters {
         let mut t = GroupCounters::default();
         for s in self.servers.lock().iter() {
-            let c = s.counters();
-            t.send_doorbells += c.send_doorbells;
-            t.send_wrs += c.send_wrs;
-            t.recv_doorbells += c.recv_doorbells;
-            t.recv_wrs += c.recv_wrs;
-            t.commands += c.commands;
-            t.sleeps += c.sleeps;
-            t.queues += c.queues;
-            t.bufs_in_use += c.bufs_in_use;
-            t.drained += c.drained;
-            t.refused_at_shutdown += c.refused_at_shutdown;
+            t.add(&s.counters());
         }
         t
     }
@@ -66,10 +56,10 @@ impl RdmaPorts {
         let servers = std::mem::take(&mut *self.servers.lock());
         for s in servers {
             let c = s.shutdown();
-            if c.queues != 0 || c.bufs_in_use != 0 {
+            if c.queues != 0 || c.buffers_in_use != 0 {
                 tracing::warn!(
                     queues = c.queues,
-                    buffers = c.bufs_in_use,
+                    buffers = c.buffers_in_use,
                     "NVMe/RDMA poll groups stopped with queues or buffers still held"
                 );
             }

@@ -19,6 +19,7 @@ use nvmf_common::verbs::{
     post_recv_slots, Access, ConnectRequest, DmaBuffer, Listener, ProtectionDomain, QpCaps, QpInit,
     QueuePair, VerbsError,
 };
+use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::rdma::{
     reject_status, reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN,
     NVME_RDMA_CM_FMT_1_0,
@@ -31,8 +32,6 @@ use crate::core::QueueCtx;
 use crate::params::PortInfo;
 use crate::target::Target;
 
-/// CQE size.
-const CQE_LEN: usize = 16;
 /// Private data sizes of the accept and reject messages.
 const CM_ACCEPT_LEN: usize = 32;
 const CM_REJECT_LEN: usize = 4;
@@ -178,8 +177,8 @@ fn build_queue(
     };
     let init = QpInit {
         pd: pd.clone(),
-        send_cq: group.cq.clone(),
-        recv_cq: group.cq.clone(),
+        send_cq: group.shared.clone(),
+        recv_cq: group.shared.clone(),
         caps: QpCaps {
             max_send_wr: u32::from(slots) * SEND_WRS_PER_SLOT,
             max_recv_wr: u32::from(slots),

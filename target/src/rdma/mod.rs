@@ -19,7 +19,6 @@
 pub mod devices;
 pub mod listener;
 pub mod poll_group;
-pub mod pool;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -50,22 +49,6 @@ pub(crate) fn verbs_wr_id(kind: u8, slot: u16) -> u64 {
 #[inline]
 pub(crate) fn verbs_wr_id_parts(id: u64) -> (u8, u16) {
     ((id >> 48) as u8, id as u16)
-}
-
-/// Backend tag = kind (8 bits) | queue generation (16) | queue index (16) | slot (16).
-#[inline]
-pub(crate) fn wr_id(kind: u8, gen: u16, queue: u16, slot: u16) -> u64 {
-    (u64::from(kind) << 48) | (u64::from(gen) << 32) | (u64::from(queue) << 16) | u64::from(slot)
-}
-
-#[inline]
-pub(crate) fn wr_id_parts(id: u64) -> (u8, u16, u16, u16) {
-    (
-        (id >> 48) as u8,
-        (id >> 32) as u16,
-        (id >> 16) as u16,
-        id as u16,
-    )
 }
 
 /// Ports grouped by the verbs device that serves them.
@@ -218,17 +201,7 @@ impl RdmaServer {
     pub fn counters(&self) -> poll_group::GroupCounters {
         let mut t = poll_group::GroupCounters::default();
         for g in &self.groups {
-            let c = g.stats.snapshot();
-            t.send_doorbells += c.send_doorbells;
-            t.send_wrs += c.send_wrs;
-            t.recv_doorbells += c.recv_doorbells;
-            t.recv_wrs += c.recv_wrs;
-            t.commands += c.commands;
-            t.sleeps += c.sleeps;
-            t.queues += c.queues;
-            t.bufs_in_use += c.bufs_in_use;
-            t.drained += c.drained;
-            t.refused_at_shutdown += c.refused_at_shutdown;
+            t.add(&g.stats.snapshot());
         }
         t
     }
@@ -236,7 +209,7 @@ impl RdmaServer {
     /// Graceful stop: no new connections (listeners first), then each poll group stops
     /// taking commands, lets those in flight finish and answers them (within a bound),
     /// closes its queues and waits for backend I/O; waits for every thread. Returns
-    /// the final counters (`queues` and `bufs_in_use` are 0 unless something leaked).
+    /// the final counters (`queues` and `buffers_in_use` are 0 unless something leaked).
     pub fn shutdown(mut self) -> poll_group::GroupCounters {
         self.stop_threads();
         self.counters()

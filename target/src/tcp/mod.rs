@@ -27,8 +27,8 @@
 //! bound to the target's request state machine; the wire and framer live in
 //! `nvmf-common`.)
 
+mod conn;
 pub mod poll_group;
-pub mod pool;
 pub mod tx;
 
 #[cfg(test)]
@@ -114,17 +114,6 @@ impl TcpOptions {
             max_icd: target.params.in_capsule_data_size,
         }
     }
-}
-
-/// Backend tag = queue generation (16 bits) | connection index (16) | slot (16).
-#[inline]
-pub(crate) fn tag(gen: u16, conn: u16, slot: u16) -> u64 {
-    (u64::from(gen) << 32) | (u64::from(conn) << 16) | u64::from(slot)
-}
-
-#[inline]
-pub(crate) fn tag_parts(t: u64) -> (u16, u16, u16) {
-    ((t >> 32) as u16, (t >> 16) as u16, t as u16)
 }
 
 /// The socket address a tcp port listens on: `traddr` (an IP literal, brackets

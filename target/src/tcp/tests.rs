@@ -1260,7 +1260,7 @@ fn peer_closing_or_resetting_mid_transfer_leaks_nothing() {
     std::thread::sleep(Duration::from_millis(50));
     drop(io);
     s.wait_for("connections cleaned up", |c| {
-        c.buffers_in_use == 0 && c.closed >= 2 && c.connections == 1
+        c.buffers_in_use == 0 && c.closed >= 2 && c.queues == 1
     });
     // The controller (admin queue) and new connections are unaffected.
     let cid = admin.next_cid();

@@ -13,8 +13,8 @@ use std::io::IoSlice;
 use nvmf_common::transport::tcp::{data_digest, header_digest, pda_bytes, Negotiated};
 use nvmf_common::wire::tcp::{emit_header, flags, pdu_type, DataPdu, DATA_HDR_LEN, DIGEST_LEN};
 
-use super::pool::PoolBuf;
 use crate::backend::DmaSlice;
+use crate::runtime::PoolBuf;
 
 /// Data at least this long is sent from the pool buffer instead of being copied.
 pub const ZERO_COPY_MIN: usize = 1024;
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn segments_are_written_in_order_and_buffers_released() {
-        let mut pool = super::super::pool::BufferPool::new(1 << 20, 64 * 1024).unwrap();
+        let mut pool = crate::runtime::BufferPool::new(1 << 20, 64 * 1024).unwrap();
         let b = pool.alloc(40_000).unwrap();
         b.slice.buf.write_at(b.slice.offset, &vec![0xAB; 40_000]);
         let mut q = TxQueue::default();

@@ -1,33 +1,39 @@
-//! Data buffers for transfers that do not fit in a command capsule.
+//! A poll group's data buffers: one arena allocated once, carved into power-of-two
+//! size classes (4 KiB up to the largest transfer), reused through per-class free lists.
 //!
-//! One arena per poll group, allocated once at start (plain memory: NVMe/TCP needs no
-//! registration) and carved in power-of-two size classes from 4 KiB to the maximum
-//! I/O size, recycled through per-class free lists, so the data path never allocates.
-//! The arena is zero-filled lazily by the kernel, so untouched parts cost nothing.
-//!
-//! Ownership: a [`PoolBuf`] is held by exactly one command from allocation until its
-//! data went into the connection's send buffer (reads) or its backend write finished
-//! (writes), and any backend I/O on it completed; then it goes back with
-//! [`BufferPool::free`].
+//! Owned by one poll group thread, so no locking. On NVMe/RDMA the arena is
+//! registered once as a local-write memory region ([`BufferPool::register`]) and every
+//! buffer is a sub-range of it; NVMe/TCP uses the plain arena. Nothing is registered
+//! or allocated per I/O.
 
 use std::sync::Arc;
 
-use nvmf_common::verbs::DmaBuffer;
+use nvmf_common::verbs::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
 
 use crate::backend::DmaSlice;
 
+/// The smallest size class: 4 KiB.
 const MIN_CLASS_SHIFT: u32 = 12;
 
-/// A buffer handed out by the pool.
+/// A buffer taken from the pool; give it back with [`BufferPool::free`].
 #[derive(Debug, Clone)]
 pub struct PoolBuf {
     pub slice: DmaSlice,
     class: u8,
 }
 
-/// A fixed arena of data buffers.
+impl PoolBuf {
+    /// The buffer's virtual address (the address a local SGE names).
+    pub fn addr(&self) -> u64 {
+        self.slice.buf.addr() + self.slice.offset as u64
+    }
+}
+
+/// Size-class allocator over one arena.
 pub struct BufferPool {
     arena: Arc<DmaBuffer>,
+    /// The arena's registration, on transports that need one.
+    mr: Option<Arc<dyn MemoryRegion>>,
     bump: usize,
     free: Vec<Vec<usize>>,
     max_shift: u32,
@@ -35,8 +41,8 @@ pub struct BufferPool {
 }
 
 impl BufferPool {
-    /// Allocates an arena of `bytes` (at least one buffer of `max_io` bytes) for
-    /// transfers up to `max_io` bytes; `None` when the memory cannot be had.
+    /// An arena of `bytes` (at least one buffer of `max_io`) for transfers of up to
+    /// `max_io` bytes. None when the memory cannot be had.
     pub fn new(bytes: usize, max_io: u32) -> Option<Self> {
         let max_shift = max_io
             .max(1 << MIN_CLASS_SHIFT)
@@ -46,6 +52,7 @@ impl BufferPool {
         let arena = Arc::new(DmaBuffer::new(bytes)?);
         Some(BufferPool {
             arena,
+            mr: None,
             bump: 0,
             free: vec![Vec::new(); (max_shift - MIN_CLASS_SHIFT + 1) as usize],
             max_shift,
@@ -53,9 +60,20 @@ impl BufferPool {
         })
     }
 
-    /// A buffer of at least `len` bytes (the slice is exactly `len`), or `None` when
-    /// the arena is exhausted (the caller retries after buffers come back) or `len`
-    /// exceeds the largest class.
+    /// Registers the arena with `pd` (local write: the device writes RDMA READ data
+    /// into it and reads RDMA WRITE data from it).
+    pub fn register(&mut self, pd: &dyn ProtectionDomain) -> Result<(), VerbsError> {
+        self.mr = Some(pd.register(self.arena.clone(), Access::LOCAL_WRITE)?);
+        Ok(())
+    }
+
+    /// The arena's local key (0 when it is not registered).
+    pub fn lkey(&self) -> u32 {
+        self.mr.as_ref().map_or(0, |m| m.lkey())
+    }
+
+    /// A buffer of `len` bytes, or None when the arena is exhausted (or `len` is
+    /// larger than the largest class).
     pub fn alloc(&mut self, len: u32) -> Option<PoolBuf> {
         let shift = len
             .max(1)
@@ -79,7 +97,6 @@ impl BufferPool {
             }
         };
         let Some(slice) = DmaSlice::new(self.arena.clone(), off, len as usize) else {
-            // Cannot happen (the class fits in the arena); keep the space usable.
             if let Some(list) = self.free.get_mut(class) {
                 list.push(off);
             }
@@ -99,7 +116,7 @@ impl BufferPool {
         }
     }
 
-    /// Buffers handed out and not yet freed.
+    /// Buffers handed out and not yet returned.
     pub fn in_use(&self) -> usize {
         self.in_use
     }
@@ -121,12 +138,12 @@ mod tests {
         p.free(b);
         let c = p.alloc(20_000).unwrap();
         assert_eq!(c.slice.offset, off);
-        // 4 KiB + 32 KiB used; another 32 KiB does not fit next to the one in use.
         let d = p.alloc(16 * 1024).unwrap();
         assert!(p.alloc(32 * 1024).is_none());
         p.free(a);
         p.free(c);
         p.free(d);
         assert_eq!(p.in_use(), 0);
+        assert_eq!(p.lkey(), 0, "not registered");
     }
 }

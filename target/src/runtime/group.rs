@@ -1,0 +1,409 @@
+//! The poll-group thread: one loop for every fabric.
+//!
+//! Each pass: take handed-over queues, receive (the transport's non-blocking pass, or
+//! epoll when not spinning), reap backend completions, complete held AERs, retry
+//! commands waiting for a buffer, run timers every [`TIMER_PERIOD`], then submit
+//! backend I/O and let the transport flush.
+//!
+//! Waiting follows `transport.poll_mode`: `poll` spins, `interrupt` sleeps in
+//! `epoll_wait` (the transport's descriptors, backend eventfds, the hand-over eventfd),
+//! `adaptive` spins for [`ADAPTIVE_SPIN`] after the last work, then sleeps.
+//!
+//! Shutdown is graceful and the same on every fabric: once the stop flag is set (the
+//! listeners have stopped accepting), capsules that arrive are not executed and get no
+//! answer (`refused_at_shutdown`); commands already past that point (waiting for a
+//! buffer or data, executing, sending) finish and are answered within
+//! [`SHUTDOWN_DRAIN`] (`drained`); then every queue is closed, and backend I/O and
+//! transport work still in flight are waited for ([`BACKEND_DRAIN`]) before the
+//! buffers go away.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use tracing::{debug, info, warn};
+
+use nvmf_common::config::PollMode;
+
+use super::mailbox::{GroupHandle, Inbox};
+use super::pool::BufferPool;
+use super::request::{Queue, ReqState};
+use super::stats::{self, bump, GroupStats};
+use super::Transport;
+use crate::core::ExecCtx;
+use crate::target::Target;
+
+/// How long an adaptive poller spins without work before it sleeps.
+pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(200);
+/// Longest sleep, so timers (keep-alive, stalls) run.
+const MAX_SLEEP_MS: u16 = 20;
+/// How often queues are checked for dead controllers, keep-alive and stalls.
+pub const TIMER_PERIOD: Duration = Duration::from_millis(20);
+/// On shutdown, how long commands already in flight get to complete and be answered.
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+/// After the queues are closed, how long backend I/O and transport work still in
+/// flight are waited for.
+pub const BACKEND_DRAIN: Duration = Duration::from_secs(10);
+/// Pause between polls while draining.
+const DRAIN_POLL: Duration = Duration::from_micros(100);
+/// Epoll events taken per wait.
+const EPOLL_BATCH: usize = 64;
+/// Epoll token of the hand-over eventfd. Transports use tokens below 2^48.
+const WAKE_TOKEN: u64 = 1 << 63;
+/// Epoll tokens of backend eventfds: this bit | the descriptor.
+const BACKEND_TOKEN: u64 = 1 << 62;
+/// Mask of the descriptor in a backend token.
+const BACKEND_FD_MASK: u64 = 0xFFFF_FFFF;
+
+/// The handle of a group of transport `T`.
+pub type Handle<T> = GroupHandle<<T as Transport>::NewQueue, <T as Transport>::Shared>;
+
+/// How long one wait may block.
+pub type Wait = EpollTimeout;
+
+/// Everything transport-neutral a poll group owns: its queues and their request
+/// slots, the data buffer pool, the backend channels ([`ExecCtx`]), the epoll set,
+/// the buffer waiters and the counters.
+pub struct Runtime<T: Transport> {
+    pub index: usize,
+    pub target: Arc<Target>,
+    pub ex: ExecCtx,
+    pub pool: BufferPool,
+    pub stats: Arc<GroupStats>,
+    pub(super) queues: Vec<Option<Queue<T>>>,
+    pub(super) next_gen: u16,
+    /// Commands waiting for a pool buffer, oldest first: (queue, generation, slot).
+    pub(super) waiters: VecDeque<(u16, u16, u16)>,
+    /// Shutting down: new capsules are not executed.
+    pub(super) draining: bool,
+    /// In-capsule data per slot (the target's in-capsule data size).
+    pub(super) icd_slot: usize,
+    epoll: Epoll,
+    events: Vec<EpollEvent>,
+    backend_fds: Vec<RawFd>,
+    mode: PollMode,
+    pub(super) load: Arc<std::sync::atomic::AtomicUsize>,
+    wake: Arc<EventFd>,
+}
+
+/// Starts poll group `index` of transport `t` with a data arena of `arena_bytes`
+/// (`prepare` may register it before the thread starts).
+pub fn spawn<T: Transport>(
+    index: usize,
+    thread_name: String,
+    target: Arc<Target>,
+    mut t: T,
+    mut pool: BufferPool,
+    prepare: impl FnOnce(&mut T, &mut BufferPool, &Epoll) -> io::Result<()>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<(Handle<T>, JoinHandle<()>)> {
+    let wake = Arc::new(
+        EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(io::Error::from)?,
+    );
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io::Error::from)?;
+    epoll
+        .add(
+            wake.as_fd(),
+            EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
+        )
+        .map_err(io::Error::from)?;
+    prepare(&mut t, &mut pool, &epoll)?;
+    let (tx, rx) = channel();
+    let inbox = Inbox {
+        rx,
+        wake,
+        pending: Arc::new(AtomicBool::new(false)),
+        load: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+    };
+    let stats = Arc::new(GroupStats::default());
+    let handle = GroupHandle::new(index, tx, &inbox, stats.clone(), t.shared());
+    let rt = Runtime {
+        index,
+        ex: ExecCtx::new(target.clone()),
+        icd_slot: target.params.in_capsule_data_size as usize,
+        mode: target.params.poll_mode,
+        target,
+        pool,
+        stats,
+        queues: Vec::new(),
+        next_gen: 1,
+        waiters: VecDeque::new(),
+        draining: false,
+        epoll,
+        events: vec![EpollEvent::empty(); EPOLL_BATCH],
+        backend_fds: Vec::new(),
+        load: inbox.load.clone(),
+        wake: inbox.wake.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || run(rt, t, inbox, stop))?;
+    Ok((handle, thread))
+}
+
+fn run<T: Transport>(
+    mut rt: Runtime<T>,
+    mut t: T,
+    inbox: Inbox<T::NewQueue>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut reaped = Vec::with_capacity(EPOLL_BATCH);
+    let start = Instant::now();
+    let mut last_work = start;
+    let mut last_timer = start;
+    let mut prev_work = 1usize;
+    debug!(group = rt.index, mode = ?rt.mode, "{} poll group running", T::NAME);
+    while !stop.load(Ordering::Acquire) {
+        let mut work = 0usize;
+        for nq in inbox.take() {
+            t.add_queue(&mut rt, nq);
+            work += 1;
+        }
+        let now = Instant::now();
+        rt.ex.now = now;
+        let spin = match rt.mode {
+            PollMode::Poll => true,
+            PollMode::Adaptive => now.duration_since(last_work) < ADAPTIVE_SPIN,
+            PollMode::Interrupt => false,
+        };
+        work += t.poll(&mut rt, spin);
+        if !spin {
+            // Block only when the previous pass and this one found nothing to do.
+            let block = prev_work == 0 && work == 0;
+            if block {
+                work += t.arm(&mut rt);
+            }
+            if block && work == 0 {
+                bump(&rt.stats.sleeps, 1);
+                work += rt.wait_events(&mut t, EpollTimeout::from(MAX_SLEEP_MS));
+            } else if T::RECEIVE_BY_EVENTS {
+                work += rt.wait_events(&mut t, EpollTimeout::ZERO);
+            }
+        }
+        work += rt.reap_backends(&mut t, &mut reaped);
+        rt.serve_events(&mut t);
+        if !rt.waiters.is_empty() {
+            rt.retry_waiters(&mut t);
+        }
+        let now = Instant::now();
+        if now.duration_since(last_timer) >= TIMER_PERIOD {
+            last_timer = now;
+            rt.timers(&mut t, now);
+        }
+        rt.ex.flush();
+        t.flush(&mut rt);
+        if work > 0 {
+            last_work = now;
+        } else if spin {
+            std::hint::spin_loop();
+        }
+        prev_work = work;
+    }
+    rt.drain(&mut t, &mut reaped);
+    rt.shutdown_all(&mut t, &mut reaped);
+    t.shutdown(&mut rt);
+    rt.publish_gauges();
+    debug!(group = rt.index, "{} poll group stopped", T::NAME);
+}
+
+impl<T: Transport> Runtime<T> {
+    /// The group's epoll set, for transports to register their descriptors (tokens
+    /// below 2^48).
+    pub fn epoll(&self) -> &Epoll {
+        &self.epoll
+    }
+
+    /// Whether the group is shutting down (new capsules are refused).
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Waits on epoll up to `timeout` and dispatches what is ready: the hand-over
+    /// eventfd, backend eventfds, and the transport's descriptors. Returns the work.
+    pub fn wait_events(&mut self, t: &mut T, timeout: EpollTimeout) -> usize {
+        self.register_backend_fds();
+        let n = match self.epoll.wait(&mut self.events, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => {
+                warn!(group = self.index, "epoll_wait failed: {e}");
+                0
+            }
+        };
+        let mut work = 0;
+        for i in 0..n {
+            let Some(ev) = self.events.get(i).copied() else {
+                break;
+            };
+            let token = ev.data();
+            if token == WAKE_TOKEN {
+                // The flag in the mailbox says what arrived; this only woke us.
+                let _ = self.wake.read();
+                continue;
+            }
+            if token & BACKEND_TOKEN != 0 {
+                // The channel clears its eventfd when reaped; drain it in case nothing
+                // was in flight to reap, so a level-triggered wait does not spin.
+                let mut b = [0u8; 8];
+                let _ = nix::unistd::read((token & BACKEND_FD_MASK) as RawFd, &mut b);
+                work += 1;
+                continue;
+            }
+            work += t.on_event(self, token, ev.events());
+        }
+        work
+    }
+
+    /// Adds eventfds of backend channels opened since the last wait.
+    fn register_backend_fds(&mut self) {
+        for fd in self.ex.event_fds() {
+            if fd < 0 || self.backend_fds.contains(&fd) {
+                continue;
+            }
+            // SAFETY: `fd` is the eventfd of a backend channel owned by `self.ex`;
+            // channels stay open while they have I/O in flight and epoll drops a
+            // descriptor by itself when it is closed, so the borrow only lives for
+            // the registration call.
+            let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+            let ev = EpollEvent::new(EpollFlags::EPOLLIN, BACKEND_TOKEN | fd as u64);
+            if let Err(e) = self.epoll.add(bfd, ev) {
+                warn!(
+                    group = self.index,
+                    fd, "cannot watch a backend eventfd: {e}"
+                );
+            }
+            self.backend_fds.push(fd);
+        }
+    }
+
+    /// Reaps finished backend I/O and completes its commands. Returns how many.
+    fn reap_backends(
+        &mut self,
+        t: &mut T,
+        reaped: &mut Vec<crate::backend::IoCompletion>,
+    ) -> usize {
+        if self.ex.in_flight() == 0 {
+            return 0;
+        }
+        self.ex.poll_backends(reaped);
+        let n = reaped.len();
+        for (tag, res) in reaped.drain(..) {
+            self.on_backend(t, tag, res);
+        }
+        n
+    }
+
+    /// Keep-alive of admin queues, queues of dead controllers, then the transport's
+    /// own checks.
+    fn timers(&mut self, t: &mut T, now: Instant) {
+        self.publish_gauges();
+        let mut kill = Vec::new();
+        for (qi, q) in self.queues.iter().enumerate() {
+            let Some(q) = q else { continue };
+            if q.dead {
+                continue;
+            }
+            if let Some(ctrl) = &q.ctx.ctrl {
+                if q.ctx.qid.is_admin() {
+                    ctrl.check_keep_alive(now);
+                }
+                if ctrl.is_dead() {
+                    kill.push(qi as u16);
+                }
+            }
+        }
+        for qi in kill {
+            self.kill(t, qi, "controller is gone", true);
+        }
+        t.timers(self, now);
+    }
+
+    /// Makes the queue and buffer gauges visible.
+    pub(super) fn publish_gauges(&self) {
+        let live = self.queues.iter().flatten().count() as u64;
+        stats::set(&self.stats.queues, live);
+        stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
+    }
+
+    /// Commands of live queues past their capsule: waiting for a buffer or data,
+    /// executing, or sending their response.
+    fn commands_in_flight(&self) -> usize {
+        self.queues
+            .iter()
+            .flatten()
+            .filter(|q| !q.dead)
+            .map(|q| {
+                q.slots
+                    .iter()
+                    .filter(|s| {
+                        matches!(
+                            s.state,
+                            ReqState::NeedBuffer
+                                | ReqState::TransferringHostToController
+                                | ReqState::Executing
+                                | ReqState::TransferringControllerToHost
+                        )
+                    })
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Graceful part of the shutdown: capsules arriving now are not executed; commands
+    /// already in flight finish and their responses are sent, within [`SHUTDOWN_DRAIN`].
+    fn drain(&mut self, t: &mut T, reaped: &mut Vec<crate::backend::IoCompletion>) {
+        self.draining = true;
+        let deadline = Instant::now() + SHUTDOWN_DRAIN;
+        let start = self.commands_in_flight();
+        while self.commands_in_flight() > 0 && Instant::now() < deadline {
+            self.ex.now = Instant::now();
+            let mut n = t.poll(self, true);
+            n += self.reap_backends(t, reaped);
+            self.retry_waiters(t);
+            self.ex.flush();
+            t.flush(self);
+            if n == 0 {
+                std::thread::sleep(DRAIN_POLL);
+            }
+        }
+        let left = self.commands_in_flight();
+        bump(&self.stats.drained, start.saturating_sub(left) as u64);
+        if left > 0 {
+            warn!(
+                group = self.index,
+                left, "shutdown drain timed out; closing queues with commands in flight"
+            );
+        } else if start > 0 {
+            info!(
+                group = self.index,
+                answered = start,
+                "commands in flight at shutdown answered"
+            );
+        }
+    }
+
+    /// Closes every queue, then waits for backend I/O and transport work still in
+    /// flight (their buffers must not go away under them).
+    fn shutdown_all(&mut self, t: &mut T, reaped: &mut Vec<crate::backend::IoCompletion>) {
+        t.flush(self);
+        for qi in 0..self.queues.len() {
+            self.kill(t, qi as u16, "target shutting down", false);
+        }
+        let deadline = Instant::now() + BACKEND_DRAIN;
+        while self.queues.iter().any(Option::is_some) && Instant::now() < deadline {
+            let mut n = t.poll(self, true);
+            n += self.reap_backends(t, reaped);
+            if n == 0 {
+                std::thread::sleep(DRAIN_POLL);
+            }
+        }
+    }
+}

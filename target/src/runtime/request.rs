@@ -1,0 +1,629 @@
+//! One request life cycle for every fabric, and the queues and slots it runs in.
+//!
+//! A queue has one slot per submission queue entry. A slot moves through
+//! [`ReqState`] (named after SPDK's `spdk_nvmf_*_req_state`):
+//!
+//! `Free` → capsule received (`New`: SGL decoded, command parsed) →
+//! `NeedBuffer` (a pool buffer, in arrival order) →
+//! `TransferringHostToController` (R2T/H2CData, RDMA READ) → `Executing` (backend
+//! I/O) or `Held` (an Asynchronous Event Request waiting for an event) →
+//! `TransferringControllerToHost` (C2HData and CapsuleResp, RDMA WRITE + SEND) →
+//! `Free` once the transport says the response is on its way ([`Runtime::sent`]).
+//! A command that fails anywhere skips to the response with a precise status; every
+//! command is answered exactly once.
+//!
+//! A queue that fails stops taking commands and is torn down at once; slots waiting
+//! for the backend (and, on fabrics whose transfers settle after close, for the
+//! transport) keep the queue until they finish, then it is freed.
+
+use std::sync::Arc;
+
+use tracing::{debug, warn};
+
+use nvmf_common::types::Qid;
+use nvmf_common::verbs::DmaBuffer;
+use nvmf_common::wire::cqe::CQE_LEN;
+use nvmf_common::wire::sqe::{self, SQE_LEN};
+use nvmf_common::wire::status::{generic, Status};
+
+use super::group::Runtime;
+use super::sgl::{self, HostData};
+use super::stats::{self, bump};
+use super::{tag, tag_parts, PoolBuf, Transport};
+use crate::backend::{BackendError, DmaSlice};
+use crate::core::{self, DataDir, Outcome, QueueCtx, Request};
+
+/// Where a command is in its life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReqState {
+    /// Ready for a new command.
+    Free,
+    /// A capsule arrived; being decoded and parsed.
+    New,
+    /// Waiting for a data buffer from the pool.
+    NeedBuffer,
+    /// Host data on its way (R2T/H2CData, RDMA READ).
+    TransferringHostToController,
+    /// Running; backend I/O in flight.
+    Executing,
+    /// An Asynchronous Event Request waiting for an event.
+    Held,
+    /// Data and response handed to the transport; waiting for it to finish.
+    TransferringControllerToHost,
+}
+
+/// One command slot: the transport-neutral request and the transport's part.
+pub struct Slot<S> {
+    pub state: ReqState,
+    pub req: Request,
+    /// Where the host's data is, per SGL1.
+    pub host: HostData,
+    /// The pool buffer holding the command's data.
+    pub buf: Option<PoolBuf>,
+    pub t: S,
+}
+
+impl<S: Default> Slot<S> {
+    fn new() -> Self {
+        Slot {
+            state: ReqState::Free,
+            req: Request::new(),
+            host: HostData::None,
+            buf: None,
+            t: S::default(),
+        }
+    }
+}
+
+/// One queue of a poll group.
+pub struct Queue<T: Transport> {
+    pub gen: u16,
+    pub ctx: QueueCtx,
+    pub slots: Vec<Slot<T::Slot>>,
+    /// The Connect succeeded and the queue was installed.
+    pub connected: bool,
+    pub dead: bool,
+    /// In-capsule data copied out of the transport's receive buffer (NVMe/TCP),
+    /// `icd_slot` bytes per slot, allocated on first use.
+    icd: Option<Arc<DmaBuffer>>,
+    pub t: T::Queue,
+}
+
+impl<T: Transport> Queue<T> {
+    fn in_flight(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| match s.state {
+                ReqState::Executing => true,
+                ReqState::TransferringHostToController | ReqState::TransferringControllerToHost => {
+                    T::TRANSFERS_SETTLE_AFTER_CLOSE
+                }
+                _ => false,
+            })
+            .count()
+    }
+}
+
+/// In-capsule data as the transport received it.
+pub enum InCapsule<'a> {
+    /// Bytes in a receive buffer the transport reuses: copied into the queue's
+    /// in-capsule buffer.
+    Bytes(&'a [u8]),
+    /// A registered receive buffer that stays put until the slot is recycled: used in
+    /// place.
+    Registered {
+        buf: &'a Arc<DmaBuffer>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl InCapsule<'_> {
+    fn len(&self) -> usize {
+        match self {
+            InCapsule::Bytes(b) => b.len(),
+            InCapsule::Registered { len, .. } => *len,
+        }
+    }
+}
+
+impl<T: Transport> Runtime<T> {
+    /// Adds a queue with `slots` command slots; returns its index.
+    pub fn add_queue(&mut self, ctx: QueueCtx, slots: u16, tq: T::Queue) -> Option<u16> {
+        let gen = self.next_gen();
+        let q = Queue {
+            gen,
+            ctx,
+            slots: (0..slots).map(|_| Slot::new()).collect(),
+            connected: false,
+            dead: false,
+            icd: None,
+            t: tq,
+        };
+        let qi = match self.queues.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.queues.push(None);
+                self.queues.len() - 1
+            }
+        };
+        let qi16 = u16::try_from(qi).ok()?;
+        if let Some(e) = self.queues.get_mut(qi) {
+            *e = Some(q);
+        }
+        bump(&self.stats.accepted, 1);
+        stats::set(
+            &self.stats.queues,
+            self.queues.iter().flatten().count() as u64,
+        );
+        Some(qi16)
+    }
+
+    pub fn queue(&self, qi: u16) -> Option<&Queue<T>> {
+        self.queues.get(usize::from(qi)).and_then(Option::as_ref)
+    }
+
+    pub fn queue_mut(&mut self, qi: u16) -> Option<&mut Queue<T>> {
+        self.queues
+            .get_mut(usize::from(qi))
+            .and_then(Option::as_mut)
+    }
+
+    /// Live (not ended) queue `qi` of generation `gen`.
+    pub fn live_queue(&mut self, qi: u16, gen: u16) -> Option<&mut Queue<T>> {
+        self.queue_mut(qi).filter(|q| q.gen == gen && !q.dead)
+    }
+
+    /// Number of queue indices (some may be empty).
+    pub fn queue_slots(&self) -> usize {
+        self.queues.len()
+    }
+
+    pub fn slot_mut(&mut self, qi: u16, si: u16) -> Option<&mut Slot<T::Slot>> {
+        self.queue_mut(qi)?.slots.get_mut(usize::from(si))
+    }
+
+    /// Encodes the response of slot `si` (and records a failure in the error log).
+    pub fn fill_cqe(&self, qi: u16, si: u16) -> Option<[u8; CQE_LEN]> {
+        let q = self.queue(qi)?;
+        let slot = q.slots.get(usize::from(si))?;
+        let mut cqe = [0u8; CQE_LEN];
+        q.ctx.fill_cqe(&slot.req, &mut cqe);
+        Some(cqe)
+    }
+
+    /// The response of a command that gets no slot (its capsule failed the data
+    /// digest): the SQ head moves on and the command fails with `status`.
+    pub fn respond_unslotted(
+        &mut self,
+        qi: u16,
+        sqe_bytes: &[u8; SQE_LEN],
+        status: Status,
+    ) -> Option<[u8; CQE_LEN]> {
+        let q = self.queue_mut(qi)?;
+        let mut req = Request::new();
+        req.reset(sqe_bytes);
+        req.fail(status);
+        q.ctx.advance_sq_head();
+        let mut cqe = [0u8; CQE_LEN];
+        q.ctx.fill_cqe(&req, &mut cqe);
+        bump(&self.stats.responses, 1);
+        Some(cqe)
+    }
+
+    /// A command capsule arrived in free slot `si` of queue `qi`.
+    pub fn capsule(
+        &mut self,
+        t: &mut T,
+        qi: u16,
+        si: u16,
+        sqe_bytes: &[u8; SQE_LEN],
+        icd: InCapsule<'_>,
+    ) {
+        bump(&self.stats.commands, 1);
+        let draining = self.draining;
+        let icd_slot = self.icd_slot;
+        let target = self.target.clone();
+        let Some(q) = self
+            .queues
+            .get_mut(usize::from(qi))
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        if q.dead {
+            return;
+        }
+        let nslots = q.slots.len();
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        slot.state = ReqState::New;
+        slot.req.reset(sqe_bytes);
+        slot.host = HostData::None;
+        if draining {
+            // Shutting down: no new commands, and no answer (the queue closes once the
+            // drain ends; the host retries elsewhere).
+            bump(&self.stats.refused_at_shutdown, 1);
+            return self.release_slot(t, qi, si);
+        }
+        q.ctx.advance_sq_head();
+        let parsed = sgl::decode(sqe_bytes, icd.len(), T::SGL).and_then(|host| {
+            core::parse(&q.ctx, &target, &mut slot.req, host.len()).map(|()| host)
+        });
+        let host = match parsed {
+            Ok(h) => h,
+            Err(st) => {
+                slot.req.fail(st);
+                return self.complete(t, qi, si);
+            }
+        };
+        slot.host = host;
+        let plan = slot.req.plan;
+        match (plan.dir, host) {
+            (_, _) if plan.len == 0 => self.execute(t, qi, si),
+            (DataDir::HostToCtrl, HostData::InCapsule { offset, len }) => {
+                let data = match icd {
+                    InCapsule::Registered {
+                        buf, offset: base, ..
+                    } => DmaSlice::new(buf.clone(), base + offset, len as usize),
+                    InCapsule::Bytes(bytes) => {
+                        let need = nslots * icd_slot;
+                        if q.icd.as_ref().is_none_or(|b| b.len() < need) {
+                            q.icd = DmaBuffer::new(need).map(Arc::new);
+                        }
+                        let base = usize::from(si) * icd_slot;
+                        let src = bytes.get(offset..offset + len as usize);
+                        let dst = q
+                            .icd
+                            .as_ref()
+                            .and_then(|b| DmaSlice::new(b.clone(), base, len as usize));
+                        match (src, dst) {
+                            (Some(src), Some(dst)) if dst.buf.write_at(base, src) => Some(dst),
+                            _ => None,
+                        }
+                    }
+                };
+                match data {
+                    Some(d) => {
+                        slot.req.data = Some(d);
+                        self.execute(t, qi, si)
+                    }
+                    None => {
+                        warn!(qid = %q.ctx.qid, "no memory for in-capsule data");
+                        slot.req.fail(Status::new(
+                            nvmf_common::wire::status::Sct::Generic,
+                            generic::INTERNAL_ERROR,
+                        ));
+                        self.complete(t, qi, si)
+                    }
+                }
+            }
+            (
+                DataDir::HostToCtrl | DataDir::CtrlToHost,
+                HostData::Transport { .. } | HostData::Keyed { .. },
+            ) => {
+                slot.state = ReqState::NeedBuffer;
+                let gen = q.gen;
+                if self.waiters.is_empty() {
+                    self.start_data(t, qi, si);
+                } else {
+                    // Buffers go to commands in arrival order.
+                    self.waiters.push_back((qi, gen, si));
+                }
+            }
+            (DataDir::CtrlToHost, _) => {
+                // Read data travels by the fabric (C2HData, RDMA WRITE), never in a capsule.
+                slot.req.fail(sgl::sgl_type_invalid());
+                self.complete(t, qi, si)
+            }
+            (DataDir::HostToCtrl | DataDir::None, _) => {
+                slot.req.fail(
+                    Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0),
+                );
+                self.complete(t, qi, si)
+            }
+        }
+    }
+
+    /// Gets a pool buffer for a transfer by the fabric, then fetches host data or
+    /// executes. Without a buffer the command waits, first in line.
+    fn start_data(&mut self, t: &mut T, qi: u16, si: u16) {
+        let max_io = self.target.params.max_io_size;
+        let Some(q) = self
+            .queues
+            .get_mut(usize::from(qi))
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        let gen = q.gen;
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        let len = slot.req.plan.len;
+        let Some(buf) = self.pool.alloc(len) else {
+            if len > max_io {
+                // Cannot be had at all (parse refuses these; never wait forever).
+                slot.req
+                    .fail(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
+                return self.complete(t, qi, si);
+            }
+            slot.state = ReqState::NeedBuffer;
+            self.waiters.push_back((qi, gen, si));
+            return;
+        };
+        stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
+        slot.req.data = Some(buf.slice.clone());
+        slot.buf = Some(buf);
+        if slot.req.plan.dir == DataDir::HostToCtrl {
+            slot.state = ReqState::TransferringHostToController;
+            t.fetch_data(self, qi, si);
+        } else {
+            self.execute(t, qi, si);
+        }
+    }
+
+    /// Commands that waited for a pool buffer try again, oldest first.
+    pub(super) fn retry_waiters(&mut self, t: &mut T) {
+        for _ in 0..self.waiters.len() {
+            let Some((qi, gen, si)) = self.waiters.pop_front() else {
+                break;
+            };
+            let waiting = self.queue(qi).is_some_and(|q| {
+                q.gen == gen
+                    && !q.dead
+                    && q.slots
+                        .get(usize::from(si))
+                        .is_some_and(|s| s.state == ReqState::NeedBuffer)
+            });
+            if !waiting {
+                continue;
+            }
+            let before = self.waiters.len();
+            self.start_data(t, qi, si);
+            if self.waiters.len() > before {
+                // Still no buffer: it stays first in line, the rest keep waiting.
+                if let Some(w) = self.waiters.pop_back() {
+                    self.waiters.push_front(w);
+                }
+                break;
+            }
+        }
+    }
+
+    /// The host's data for slot `si` is in its buffer: execute (or, when the queue
+    /// ended meanwhile, let the slot go).
+    pub fn data_ready(&mut self, t: &mut T, qi: u16, si: u16) {
+        match self.queue(qi) {
+            Some(q) if q.dead => self.settle(t, qi, si),
+            Some(_) => self.execute(t, qi, si),
+            None => {}
+        }
+    }
+
+    /// The host's data for slot `si` could not be had intact (a data digest error):
+    /// the command completes with `status` and never executes.
+    pub fn data_failed(&mut self, t: &mut T, qi: u16, si: u16, status: Status) {
+        if let Some(slot) = self.slot_mut(qi, si) {
+            slot.req.fail(status);
+            self.complete(t, qi, si);
+        }
+    }
+
+    fn execute(&mut self, t: &mut T, qi: u16, si: u16) {
+        let Some(q) = self
+            .queues
+            .get_mut(usize::from(qi))
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        let tg = tag(q.gen, qi, si);
+        let was_connected = q.ctx.ctrl.is_some();
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        slot.state = ReqState::Executing;
+        match core::execute(&mut q.ctx, &mut self.ex, &mut slot.req, tg) {
+            Outcome::Done => {
+                let connected_now = !was_connected && q.ctx.ctrl.is_some();
+                self.complete(t, qi, si);
+                if connected_now {
+                    self.install_queue(t, qi);
+                }
+            }
+            Outcome::Pending => {}
+            Outcome::Held => slot.state = ReqState::Held,
+        }
+    }
+
+    /// Once the Connect succeeded: one slot per submission queue entry, then the
+    /// transport sizes its own resources.
+    fn install_queue(&mut self, t: &mut T, qi: u16) {
+        let Some(q) = self.queue_mut(qi) else { return };
+        if q.connected || q.dead {
+            return;
+        }
+        q.connected = true;
+        let depth = usize::from(q.ctx.sqsize) + 1;
+        while q.slots.len() < depth {
+            q.slots.push(Slot::new());
+        }
+        // Sized again on first use.
+        q.icd = None;
+        debug!(qid = %q.ctx.qid, depth, "{} queue connected", T::NAME);
+        t.queue_connected(self, qi);
+    }
+
+    /// A backend operation finished.
+    pub(super) fn on_backend(&mut self, t: &mut T, tg: u64, res: Result<(), BackendError>) {
+        let (gen, qi, si) = tag_parts(tg);
+        let Some(q) = self.queue_mut(qi) else { return };
+        if q.gen != gen {
+            return;
+        }
+        let dead = q.dead;
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        if slot.state != ReqState::Executing || !core::io_done(&mut slot.req, res) {
+            return;
+        }
+        if dead {
+            self.settle(t, qi, si);
+        } else {
+            self.complete(t, qi, si);
+        }
+    }
+
+    /// The command in slot `si` is finished: hand its data and response to the
+    /// transport.
+    pub fn complete(&mut self, t: &mut T, qi: u16, si: u16) {
+        let Some(q) = self.queue_mut(qi) else { return };
+        if q.dead {
+            return self.settle(t, qi, si);
+        }
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        slot.state = ReqState::TransferringControllerToHost;
+        t.send_response(self, qi, si);
+    }
+
+    /// The transport is done with slot `si`'s response: the slot is free again, and a
+    /// Disconnect ends the queue.
+    pub fn sent(&mut self, t: &mut T, qi: u16, si: u16) {
+        if self.queue(qi).is_some_and(|q| q.dead) {
+            return self.settle(t, qi, si);
+        }
+        self.release_slot(t, qi, si);
+        if self.queue(qi).is_some_and(|q| q.ctx.disconnect && !q.dead) {
+            self.kill(t, qi, "host sent Disconnect", true);
+        }
+    }
+
+    /// Returns a slot and its buffer; a live queue's transport reuses the slot.
+    fn release_slot(&mut self, t: &mut T, qi: u16, si: u16) {
+        let Some(q) = self
+            .queues
+            .get_mut(usize::from(qi))
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        let dead = q.dead;
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        slot.req.release();
+        slot.host = HostData::None;
+        if let Some(b) = slot.buf.take() {
+            self.pool.free(b);
+            stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
+        }
+        if slot.state == ReqState::Free {
+            return;
+        }
+        slot.state = ReqState::Free;
+        if !dead {
+            t.recycle(self, qi, si);
+        }
+    }
+
+    /// Slot `si` of an ended queue has nothing more in flight: release it, and free
+    /// the queue once none of its slots has.
+    pub fn settle(&mut self, t: &mut T, qi: u16, si: u16) {
+        self.release_slot(t, qi, si);
+        self.maybe_free(t, qi);
+    }
+
+    /// Completes held Asynchronous Event Requests of admin queues whose controller
+    /// has events.
+    pub(super) fn serve_events(&mut self, t: &mut T) {
+        for qi in 0..self.queues.len() {
+            while let Some(q) = self.queues.get_mut(qi).and_then(Option::as_mut) {
+                if q.dead {
+                    break;
+                }
+                let Some((tg, ev)) = q.ctx.next_aer_completion() else {
+                    break;
+                };
+                let (_, _, si) = tag_parts(tg);
+                match q.slots.get_mut(usize::from(si)) {
+                    Some(slot) if slot.state == ReqState::Held => {
+                        slot.req.dw0 = ev;
+                        self.complete(t, qi as u16, si);
+                    }
+                    _ => warn!(qid = %q.ctx.qid, "held AER tag {tg:#x} names no held command"),
+                }
+            }
+        }
+    }
+
+    /// Ends queue `qi`: the transport closes its side, the queue leaves its controller,
+    /// and slots with nothing in flight are released; the queue is freed once the rest
+    /// finish.
+    pub fn kill(&mut self, t: &mut T, qi: u16, why: &str, linger: bool) {
+        match self.queue(qi) {
+            Some(q) if !q.dead => {}
+            _ => return,
+        }
+        t.close(self, qi, why, linger);
+        bump(&self.stats.closed, 1);
+        let Some(q) = self.queue_mut(qi) else { return };
+        q.dead = true;
+        q.ctx.teardown();
+        q.icd = None;
+        let n = q.slots.len();
+        for si in 0..n {
+            let keep = self
+                .queue(qi)
+                .and_then(|q| q.slots.get(si))
+                .is_some_and(|s| match s.state {
+                    ReqState::Executing => true,
+                    ReqState::TransferringHostToController
+                    | ReqState::TransferringControllerToHost => T::TRANSFERS_SETTLE_AFTER_CLOSE,
+                    _ => false,
+                });
+            if !keep {
+                self.release_slot(t, qi, si as u16);
+            }
+        }
+        self.maybe_free(t, qi);
+    }
+
+    /// Frees an ended queue once nothing of it is in flight.
+    fn maybe_free(&mut self, t: &mut T, qi: u16) {
+        let free = self.queue(qi).is_some_and(|q| q.dead && q.in_flight() == 0);
+        if !free {
+            return;
+        }
+        if let Some(q) = self.queues.get_mut(usize::from(qi)).and_then(Option::take) {
+            debug!(qid = %q.ctx.qid, "{} queue freed", T::NAME);
+            t.freed(&q);
+            self.load.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            stats::set(
+                &self.stats.queues,
+                self.queues.iter().flatten().count() as u64,
+            );
+        }
+    }
+
+    /// Returns a buffer the transport kept past its slot (data still being sent).
+    pub fn free_buf(&mut self, b: PoolBuf) {
+        self.pool.free(b);
+        stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
+    }
+
+    fn next_gen(&mut self) -> u16 {
+        let g = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        g
+    }
+
+    /// Queue id of queue `qi` (for logs).
+    pub fn qid(&self, qi: u16) -> Qid {
+        self.queue(qi).map_or(Qid(0), |q| q.ctx.qid)
+    }
+}

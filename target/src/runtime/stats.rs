@@ -1,0 +1,99 @@
+//! Poll-group counters, one set and one naming for every transport.
+//!
+//! Each counter is written by its poll group's thread only (a relaxed load and store,
+//! no read-modify-write on the data path) and read by anyone through
+//! [`GroupStats::snapshot`]. Counters that only one transport moves (R2Ts, doorbells)
+//! stay 0 on the other; `ctl status` prints them under the same names for both.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Live counters of one poll group.
+        #[derive(Debug, Default)]
+        pub struct GroupStats {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        /// A snapshot of [`GroupStats`] (or the sum over several groups).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct GroupCounters {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl GroupStats {
+            pub fn snapshot(&self) -> GroupCounters {
+                GroupCounters {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                }
+            }
+        }
+
+        impl GroupCounters {
+            /// Adds `o` field by field.
+            pub fn add(&mut self, o: &GroupCounters) {
+                $(self.$name += o.$name;)*
+            }
+
+            /// Every counter by name, in declaration order (for `ctl status`).
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Queues (NVMe/TCP connections, NVMe/RDMA queue pairs) handed to the group.
+    accepted,
+    /// Queues that ended.
+    closed,
+    /// Queues the group holds, including ended ones still waiting for their I/O (gauge).
+    queues,
+    /// Command capsules received.
+    commands,
+    /// Responses sent.
+    responses,
+    /// Data buffers taken from the pool and not yet returned (gauge).
+    buffers_in_use,
+    /// Times the thread blocked waiting for work.
+    sleeps,
+    /// Commands in flight when shutdown began that were answered.
+    drained,
+    /// Capsules that arrived after shutdown began and were not executed.
+    refused_at_shutdown,
+    /// Connections ended by a protocol error (NVMe/TCP termination requests).
+    protocol_errors,
+    /// Data digest errors (the command completes with Transient Transport Error).
+    digest_errors,
+    /// NVMe/TCP: R2T PDUs sent.
+    r2ts,
+    /// NVMe/TCP: H2CData PDUs received.
+    h2c_pdus,
+    /// NVMe/TCP: C2HData PDUs sent.
+    c2h_pdus,
+    /// NVMe/TCP: `read` system calls on sockets.
+    socket_reads,
+    /// NVMe/TCP: `writev` system calls on sockets.
+    socket_writes,
+    /// NVMe/RDMA: `post_send` calls (doorbells).
+    send_doorbells,
+    /// NVMe/RDMA: send work requests posted.
+    send_wrs,
+    /// NVMe/RDMA: `post_recv` calls (doorbells).
+    recv_doorbells,
+    /// NVMe/RDMA: receives reposted.
+    recv_wrs,
+}
+
+/// Adds `n` to a counter owned by the calling poll group.
+#[inline]
+pub fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Sets a gauge owned by the calling poll group.
+#[inline]
+pub fn set(a: &AtomicU64, v: u64) {
+    a.store(v, Ordering::Relaxed);
+}

@@ -1,0 +1,549 @@
+//! One NVMe/TCP connection's PDUs: the framer's output turned into runtime events
+//! (capsules, H2CData, digest errors, termination requests), and the PDUs a command
+//! sends back (R2T, C2HData, CapsuleResp).
+//!
+//! A connection's slot has R2T state ([`TcpSlot`]): the next offset to ask for and the
+//! outstanding windows (at most `MAXR2T + 1`, capped by the config). H2CData must
+//! continue a window of the command its TTAG names, or the connection ends with a
+//! C2HTermReq naming the offending field. Data that fails its digest is dropped; its
+//! command completes with Transient Transport Error once its windows drain, and never
+//! executes.
+
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use nix::sys::epoll::EpollFlags;
+use tracing::{debug, warn};
+
+use nvmf_common::transport::tcp::negotiate::icresp_params;
+use nvmf_common::transport::tcp::{
+    encode_icresp, encode_term_req, FramerError, Negotiated, Pdu, PduReader, PduWriter, Role,
+};
+use nvmf_common::wire::sqe::SQE_LEN;
+use nvmf_common::wire::status::{generic, Sct, Status};
+use nvmf_common::wire::tcp::{
+    offset, pdu_type, term_fes, term_fes_name, DataPdu, CMD_HDR_LEN, DATA_HDR_LEN, HDR_LEN,
+    MAX_TERM_DATA,
+};
+
+use super::poll_group::TcpTransport;
+use super::tx::{c2h_header, c2h_trailer, TxQueue, ZERO_COPY_MIN};
+use crate::backend::DmaSlice;
+use crate::core::DataDir;
+use crate::runtime::stats::bump;
+use crate::runtime::{InCapsule, ReqState, Runtime};
+
+/// Bytes of each PDU's start kept for termination requests and digest errors: the
+/// longest header those read (a CapsuleCmd's).
+const HDR_KEEP: usize = CMD_HDR_LEN;
+
+/// The transport part of a command slot: its R2T state.
+#[derive(Debug, Default)]
+pub struct TcpSlot {
+    /// The next offset to ask for with an R2T.
+    next_r2t: u32,
+    /// Outstanding R2T windows: (next expected offset, end).
+    windows: Vec<(u32, u32)>,
+    /// Set when data of this command failed its digest: it completes with this status
+    /// once its outstanding R2T windows are drained, and never executes.
+    failed: Option<Status>,
+}
+
+impl TcpSlot {
+    /// Ready for a new transfer (keeps the windows' allocation).
+    pub fn reset(&mut self) {
+        self.next_r2t = 0;
+        self.windows.clear();
+        self.failed = None;
+    }
+}
+
+/// The transport part of a queue: one connection.
+pub struct Conn {
+    pub(super) sock: Option<TcpStream>,
+    pub(super) peer: SocketAddr,
+    pub(super) reader: Option<PduReader>,
+    /// Present once the ICReq was answered.
+    pub(super) writer: Option<PduWriter>,
+    /// The ICReq/ICResp outcome.
+    pub(super) neg: Option<Negotiated>,
+    /// R2Ts allowed outstanding per command.
+    pub(super) r2t_limit: usize,
+    /// Free slots (a command takes one when its capsule arrives).
+    pub(super) free: Vec<u16>,
+    /// Slots handed to `free` so far (the rest arrive when the queue is connected).
+    pub(super) slots_known: usize,
+    /// PDUs waiting to be written.
+    pub(super) tx: TxQueue,
+    /// The epoll interest registered for the socket.
+    pub(super) interest: EpollFlags,
+    /// The first bytes of the PDU being read (its header, for termination requests
+    /// and data digest errors).
+    pub(super) hdr: [u8; MAX_TERM_DATA],
+    pub(super) hdr_len: usize,
+    /// Last time bytes moved in either direction.
+    pub(super) last_progress: Instant,
+    /// When the connection started waiting for the host (see the stall timer).
+    pub(super) wait_start: Option<Instant>,
+}
+
+impl Conn {
+    /// Whether the host owes us something besides H2CData: an ICReq, the rest of a
+    /// PDU, or reading what we sent.
+    pub(super) fn waiting_for_host(&self) -> bool {
+        self.writer.is_none()
+            || self.reader.as_ref().is_some_and(PduReader::has_partial_pdu)
+            || self.tx.pending()
+    }
+
+    fn header(&self) -> &[u8] {
+        self.hdr.get(..self.hdr_len).unwrap_or(&[])
+    }
+}
+
+/// Transient Transport Error: what a command whose data failed its digest completes with.
+fn transient_transport_error() -> Status {
+    Status::new(Sct::Generic, generic::TRANSIENT_TRANSPORT_ERROR)
+}
+
+impl TcpTransport {
+    /// Feeds bytes to the connection's framer and runs each complete PDU.
+    pub(super) fn on_bytes(&mut self, rt: &mut Runtime<Self>, ci: u16, mut input: &[u8]) {
+        let Some(mut reader) = rt.queue_mut(ci).and_then(|q| q.t.reader.take()) else {
+            return;
+        };
+        loop {
+            // A PDU that lies whole in `input` is checked and handled where it is.
+            let (used, out) = reader.read(input);
+            if let Some(q) = rt.queue_mut(ci) {
+                let c = &mut q.t;
+                let room = HDR_KEEP.saturating_sub(c.hdr_len);
+                let take = used.min(room);
+                if let (Some(dst), Some(src)) = (
+                    c.hdr.get_mut(c.hdr_len..c.hdr_len + take),
+                    input.get(..take),
+                ) {
+                    dst.copy_from_slice(src);
+                    c.hdr_len += take;
+                }
+            }
+            input = input.get(used..).unwrap_or(&[]);
+            match out {
+                None => break,
+                Some(Ok(Pdu::IcReq(_))) => {
+                    let n = reader.negotiated();
+                    self.on_icreq(rt, ci, n);
+                }
+                Some(Ok(pdu)) => self.on_pdu(rt, ci, pdu),
+                Some(Err(e)) if !e.is_fatal() => self.on_digest_error(rt, ci, e),
+                Some(Err(e)) => {
+                    self.framer_fatal(rt, ci, &reader, e);
+                    return;
+                }
+            }
+            let Some(q) = rt.queue_mut(ci) else { return };
+            q.t.hdr_len = 0;
+            if q.dead {
+                return;
+            }
+            if input.is_empty() {
+                break;
+            }
+        }
+        if let Some(q) = rt.queue_mut(ci) {
+            if !q.dead {
+                q.t.reader = Some(reader);
+            }
+        }
+    }
+
+    /// A fatal framer error: send its termination request (if it has one) and close.
+    fn framer_fatal(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        reader: &PduReader,
+        e: FramerError,
+    ) {
+        bump(&rt.stats.protocol_errors, 1);
+        let qid = rt.qid(ci);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let c = &mut q.t;
+        let start = c.tx.bytes.len();
+        let sent = reader.termination_request(&mut c.tx.bytes);
+        match e.fes() {
+            Some(fes) if sent => warn!(
+                peer = %c.peer, %qid,
+                "NVMe/TCP protocol error: {e}; sending C2HTermReq FES {fes:#x} ({}) FEI {:#x} ({} bytes)",
+                term_fes_name(fes), e.fei(), c.tx.bytes.len() - start
+            ),
+            _ => warn!(peer = %c.peer, %qid, "NVMe/TCP protocol error: {e}; closing"),
+        }
+        rt.kill(self, ci, "protocol error", true);
+    }
+
+    /// An error this transport finds in a PDU the framer accepted (an H2CData naming
+    /// no transfer or outside its R2T window): C2HTermReq with the PDU's header, close.
+    fn fatal_term(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        fes: u16,
+        fei: u32,
+        hlen: usize,
+        reason: &str,
+    ) {
+        bump(&rt.stats.protocol_errors, 1);
+        let qid = rt.qid(ci);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let c = &mut q.t;
+        let hdr: Vec<u8> = c.header().get(..hlen).unwrap_or(c.header()).to_vec();
+        encode_term_req(Role::Controller, fes, fei, &hdr, &mut c.tx.bytes);
+        warn!(
+            peer = %c.peer, %qid,
+            "NVMe/TCP protocol error: {reason}; sending C2HTermReq FES {fes:#x} ({}) FEI {fei:#x}",
+            term_fes_name(fes)
+        );
+        rt.kill(self, ci, "protocol error", true);
+    }
+
+    fn on_icreq(&mut self, rt: &mut Runtime<Self>, ci: u16, n: Option<Negotiated>) {
+        let opts_cap = self.opts.max_r2t_per_command.max(1);
+        let Some(n) = n else {
+            rt.kill(self, ci, "ICReq without negotiated parameters", false);
+            return;
+        };
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let c = &mut q.t;
+        encode_icresp(&icresp_params(&n), &mut c.tx.bytes);
+        c.writer = Some(PduWriter::new(Role::Controller, &n));
+        c.neg = Some(n);
+        c.r2t_limit = n.maxr2t.saturating_add(1).min(opts_cap) as usize;
+        debug!(
+            peer = %c.peer, hdgst = n.header_digest, ddgst = n.data_digest, hpda = n.hpda,
+            maxr2t = n.maxr2t, maxh2cdata = n.maxh2cdata, "NVMe/TCP connection initialized"
+        );
+        self.mark_dirty(ci);
+    }
+
+    fn on_pdu(&mut self, rt: &mut Runtime<Self>, ci: u16, pdu: Pdu<'_>) {
+        match pdu {
+            Pdu::CapsuleCmd { sqe, data } => self.on_capsule(rt, ci, &sqe, data),
+            Pdu::H2CData {
+                cid,
+                ttag,
+                datao,
+                data,
+                ..
+            } => {
+                let datal = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                self.on_h2c(rt, ci, cid, ttag, datao, datal, Some(data));
+            }
+            Pdu::H2CTermReq { fes, fei, .. } => {
+                let qid = rt.qid(ci);
+                if let Some(q) = rt.queue(ci) {
+                    warn!(
+                        peer = %q.t.peer, %qid,
+                        "host terminated the NVMe/TCP connection: FES {fes:#x} ({}) FEI {fei:#x}",
+                        term_fes_name(fes)
+                    );
+                }
+                rt.kill(self, ci, "host sent H2CTermReq", false);
+            }
+            other => {
+                // The controller framer never yields controller-to-host PDUs.
+                let t = other.pdu_type();
+                self.fatal_term(
+                    rt,
+                    ci,
+                    term_fes::INVALID_HEADER_FIELD,
+                    offset::TYPE,
+                    HDR_LEN,
+                    &format!("unexpected PDU type {t:#x}"),
+                );
+            }
+        }
+    }
+
+    /// A data digest error: the PDU's command fails with Transient Transport Error
+    /// and its data is dropped.
+    fn on_digest_error(&mut self, rt: &mut Runtime<Self>, ci: u16, e: FramerError) {
+        bump(&rt.stats.digest_errors, 1);
+        let FramerError::DataDigest { pdu_type: t, .. } = e else {
+            return;
+        };
+        let qid = rt.qid(ci);
+        let Some(q) = rt.queue(ci) else { return };
+        let c = &q.t;
+        warn!(peer = %c.peer, %qid, "NVMe/TCP: {e}; failing the command");
+        match t {
+            pdu_type::CMD => {
+                let mut sqe_bytes = [0u8; SQE_LEN];
+                let Some(src) = c.header().get(HDR_LEN..CMD_HDR_LEN) else {
+                    rt.kill(self, ci, "data digest error without a header", false);
+                    return;
+                };
+                sqe_bytes.copy_from_slice(src);
+                let Some(w) = c.writer else { return };
+                if let Some(cqe) = rt.respond_unslotted(ci, &sqe_bytes, transient_transport_error())
+                {
+                    if let Some(q) = rt.queue_mut(ci) {
+                        let _ = w.capsule_resp(&cqe, &mut q.t.tx.bytes);
+                    }
+                }
+                self.mark_dirty(ci);
+            }
+            pdu_type::H2C_DATA => {
+                let Some(h) = c.header().get(..DATA_HDR_LEN) else {
+                    rt.kill(self, ci, "data digest error without a header", false);
+                    return;
+                };
+                let d = DataPdu::new_unchecked(h);
+                let (cid, ttag, datao, datal) =
+                    (d.command_id(), d.ttag(), d.data_offset(), d.data_length());
+                self.on_h2c(rt, ci, cid, ttag, datao, datal, None);
+            }
+            _ => rt.kill(self, ci, "data digest error on an unexpected PDU", false),
+        }
+    }
+
+    fn on_capsule(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        sqe_bytes: &[u8; SQE_LEN],
+        data: &[u8],
+    ) {
+        let Some(q) = rt.queue_mut(ci) else { return };
+        if q.dead {
+            return;
+        }
+        let Some(si) = q.t.free.pop() else {
+            warn!(
+                peer = %q.t.peer, qid = %q.ctx.qid, slots = q.slots.len(),
+                "host sent more commands than its queue holds; closing the connection"
+            );
+            rt.kill(self, ci, "submission queue overrun", false);
+            return;
+        };
+        rt.capsule(self, ci, si, sqe_bytes, InCapsule::Bytes(data));
+    }
+
+    /// Sends R2Ts for the command's next windows, up to the R2T limit.
+    pub(super) fn issue_r2ts(&mut self, rt: &mut Runtime<Self>, ci: u16, si: u16) {
+        let maxh2c = self.cfg.maxh2cdata.max(1);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let Some(w) = q.t.writer else { return };
+        let limit = q.t.r2t_limit;
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        let len = slot.req.plan.len;
+        let cid = slot.req.cid();
+        let st = &mut slot.t;
+        let mut n = 0;
+        while st.windows.len() < limit && st.next_r2t < len {
+            let off = st.next_r2t;
+            let l = (len - off).min(maxh2c);
+            if w.r2t(cid, si, off, l, &mut q.t.tx.bytes).is_err() {
+                break;
+            }
+            st.windows.push((off, off + l));
+            st.next_r2t = off + l;
+            n += 1;
+        }
+        bump(&rt.stats.r2ts, n);
+        self.mark_dirty(ci);
+    }
+
+    /// H2CData (or one that failed its data digest, `data` None): checks it continues
+    /// an outstanding R2T window of the command its TTAG names, stores the data, and
+    /// moves the command on when its data is complete.
+    #[allow(clippy::too_many_arguments)]
+    fn on_h2c(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        cid: u16,
+        ttag: u16,
+        datao: u32,
+        datal: u32,
+        data: Option<&[u8]>,
+    ) {
+        bump(&rt.stats.h2c_pdus, 1);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let waiting = q.slots.get(usize::from(ttag)).map(|s| {
+            (
+                s.state == ReqState::TransferringHostToController,
+                s.req.cid(),
+            )
+        });
+        match waiting {
+            Some((true, scid)) if scid == cid => {}
+            Some((true, scid)) => {
+                return self.fatal_term(
+                    rt,
+                    ci,
+                    term_fes::INVALID_HEADER_FIELD,
+                    offset::COMMAND_ID,
+                    DATA_HDR_LEN,
+                    &format!(
+                        "H2CData for command {cid:#x} carries TTAG {ttag:#x} of command {scid:#x}"
+                    ),
+                );
+            }
+            _ => {
+                return self.fatal_term(
+                    rt,
+                    ci,
+                    term_fes::INVALID_HEADER_FIELD,
+                    offset::TTAG,
+                    DATA_HDR_LEN,
+                    &format!("H2CData with TTAG {ttag:#x} (command {cid:#x}) but no R2T outstanding for it"),
+                );
+            }
+        }
+        if datal == 0 {
+            return self.fatal_term(
+                rt,
+                ci,
+                term_fes::INVALID_HEADER_FIELD,
+                offset::DATA_LENGTH,
+                DATA_HDR_LEN,
+                &format!("H2CData for command {cid:#x} without data"),
+            );
+        }
+        let Some(slot) = q.slots.get_mut(usize::from(ttag)) else {
+            return;
+        };
+        let end = datao.checked_add(datal);
+        let win = slot.t.windows.iter().position(|w| w.0 == datao);
+        let (wi, end) = match (win, end) {
+            (Some(wi), Some(end)) if slot.t.windows.get(wi).is_some_and(|w| end <= w.1) => {
+                (wi, end)
+            }
+            _ => {
+                let windows = format!("{:?}", slot.t.windows);
+                return self.fatal_term(
+                    rt,
+                    ci,
+                    term_fes::DATA_OUT_OF_RANGE,
+                    0,
+                    DATA_HDR_LEN,
+                    &format!(
+                        "H2CData for command {cid:#x} at offset {datao} length {datal} is not the next data of an R2T window (outstanding [offset, end): {windows})"
+                    ),
+                );
+            }
+        };
+        match data {
+            Some(d) if slot.t.failed.is_none() => slot.req.write_data(datao as usize, d),
+            Some(_) => {}
+            None => slot.t.failed = Some(transient_transport_error()),
+        }
+        if let Some(w) = slot.t.windows.get_mut(wi) {
+            w.0 = end;
+            if w.0 >= w.1 {
+                slot.t.windows.remove(wi);
+            }
+        }
+        let len = slot.req.plan.len;
+        if let Some(st) = slot.t.failed {
+            if slot.t.windows.is_empty() {
+                // Never executed: the data that failed its digest reaches nothing.
+                rt.data_failed(self, ci, ttag, st);
+            }
+        } else if slot.t.windows.is_empty() && slot.t.next_r2t >= len {
+            rt.data_ready(self, ci, ttag);
+        } else {
+            self.issue_r2ts(rt, ci, ttag);
+        }
+    }
+
+    /// Queues the controller-to-host data (if any) and the response of a finished
+    /// command, then frees its slot.
+    pub(super) fn send_c2h_and_response(&mut self, rt: &mut Runtime<Self>, ci: u16, si: u16) {
+        let chunk = self.opts.c2h_chunk.max(1) as usize;
+        let cqe = rt.fill_cqe(ci, si);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let (Some(w), Some(neg), Some(cqe)) = (q.t.writer, q.t.neg, cqe) else {
+            return rt.sent(self, ci, si);
+        };
+        let sqflow_disabled = q.ctx.sq_flow_disabled;
+        let c = &mut q.t;
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        let mut c2h = 0u64;
+        let mut resp = true;
+        let mut err = None;
+        let mut spare = None;
+        let plan = slot.req.plan;
+        let cid = slot.req.cid();
+        if plan.dir == DataDir::CtrlToHost && slot.req.status.is_success() && plan.len > 0 {
+            if let Some(b) = slot.buf.take() {
+                let arena = b.slice.buf.clone();
+                let base = b.slice.offset;
+                // SAFETY: the backend operation that filled this buffer completed (or
+                // the command ran synchronously), and the buffer stays out of the pool
+                // until the last PDU using it is written, so nothing writes these bytes
+                // while they are read here or queued for the socket.
+                let data = unsafe { arena.slice(base, b.slice.len) }.unwrap_or(&[]);
+                let total = data.len();
+                // The last chunk sent from the buffer itself takes the buffer along.
+                let last_zc = data.chunks(chunk).rposition(|p| p.len() >= ZERO_COPY_MIN);
+                let mut buf = Some(b);
+                let mut off = 0usize;
+                for (i, piece) in data.chunks(chunk).enumerate() {
+                    let last = off + piece.len() >= total;
+                    let success = last && sqflow_disabled;
+                    if piece.len() >= ZERO_COPY_MIN {
+                        c2h_header(&neg, cid, off as u32, piece, last, success, &mut c.tx.bytes);
+                        let seg = DmaSlice::new(arena.clone(), base + off, piece.len());
+                        let release = if Some(i) == last_zc { buf.take() } else { None };
+                        match seg {
+                            Some(seg) => c.tx.push_data(seg, release),
+                            None => {
+                                spare = release;
+                                err = Some(nvmf_common::wire::WireError::Invalid(
+                                    "C2H data outside its buffer",
+                                ));
+                                break;
+                            }
+                        }
+                        c2h_trailer(&neg, piece, &mut c.tx.bytes);
+                    } else if let Err(e) =
+                        w.c2h_data(cid, off as u32, piece, last, success, &mut c.tx.bytes)
+                    {
+                        err = Some(e);
+                        break;
+                    }
+                    off += piece.len();
+                    c2h += 1;
+                }
+                // Not queued by reference: back to the pool with the slot.
+                if let Some(b) = buf.take().or(spare.take()) {
+                    slot.buf = Some(b);
+                }
+                // SQ flow control disabled: SUCCESS on the last C2HData replaces the
+                // response capsule (as Linux nvmet does).
+                resp = !(sqflow_disabled && c2h > 0);
+            }
+        }
+        if resp {
+            if let Err(e) = w.capsule_resp(&cqe, &mut c.tx.bytes) {
+                err = Some(e);
+            }
+        }
+        bump(&rt.stats.c2h_pdus, c2h);
+        if resp {
+            bump(&rt.stats.responses, 1);
+        }
+        self.mark_dirty(ci);
+        rt.sent(self, ci, si);
+        if let Some(e) = err {
+            warn!("cannot encode a PDU: {e}");
+            rt.kill(self, ci, "PDU encoding failed", true);
+        }
+    }
+}
