@@ -259,7 +259,12 @@ fn reload_adds_and_removes_a_port_and_refuses_a_bad_config_whole() {
     assert_ne!(read_log(&d).genctr, g0);
 
     // Invalid: a namespace whose file is missing, plus a host. Nothing may change.
-    let before = t.live.status();
+    // Counters move on their own; the configuration must not.
+    let config_of = |mut s: nvmf_target::live::status::StatusView| {
+        s.transports.clear();
+        s
+    };
+    let before = config_of(t.live.status());
     let bad = two.replace(
         "      - { nsid: 1, device_path: \"ram:8M\" }",
         "      - { nsid: 1, device_path: \"ram:8M\" }\n      - { nsid: 5, device_path: \"/nonexistent/x.img\" }",
@@ -278,7 +283,11 @@ fn reload_adds_and_removes_a_port_and_refuses_a_bad_config_whole() {
         .err()
         .unwrap_or_else(|| panic!("bad config accepted"));
     assert!(err.contains("/nonexistent/x.img"), "{err}");
-    assert_eq!(t.live.status(), before, "a refused config changes nothing");
+    assert_eq!(
+        config_of(t.live.status()),
+        before,
+        "a refused config changes nothing"
+    );
     // Transport tuning needs a restart.
     let tuned = format!("transport: {{ max_queue_size: 64 }}\n{two}");
     let err = t
@@ -329,8 +338,18 @@ fn status_lists_ports_subsystems_namespaces_hosts_and_queues() {
     let ctrl = &s.subsystems[0].controllers[0];
     assert_eq!(ctrl.hostnqn, host(4).0.to_string());
     assert_eq!(ctrl.io_queues, 2);
+    // Poll-group counters, under the names every transport uses.
+    assert_eq!(s.transports.len(), 1, "{:?}", s.transports);
+    let tcp = &s.transports[0];
+    assert_eq!(tcp.trtype, "tcp");
+    assert!(tcp.counters.queues >= 3, "admin + 2 I/O queues: {tcp:?}");
+    assert!(
+        tcp.counters.commands >= 3 && tcp.counters.responses >= 3,
+        "{tcp:?}"
+    );
     let text = s.to_string();
     assert!(text.contains("2 I/O queue(s)"), "{text}");
+    assert!(text.contains("transport tcp: accepted "), "{text}");
     // A malformed request gets a reason, not a dropped connection.
     let raw =
         std::os::unix::net::UnixStream::connect(sock.path()).unwrap_or_else(|e| panic!("{e}"));

@@ -119,4 +119,12 @@ impl PortHooks for TcpPorts {
             .and_then(|s| s.port_addr(portid))
             .map(|a| a.to_string())
     }
+
+    fn counters(&self) -> Vec<(&'static str, GroupCounters)> {
+        self.server
+            .lock()
+            .as_ref()
+            .map(|s| vec![(TrType::Tcp.as_str(), s.counters())])
+            .unwrap_or_default()
+    }
 }

@@ -43,6 +43,10 @@ pub trait PortHooks: Send + Sync {
     fn remove_port(&self, portid: u16);
     /// The address port `portid` listens on, when known (status view).
     fn port_addr(&self, portid: u16) -> Option<String>;
+    /// Poll-group counters of each running transport, by trtype (status view).
+    fn counters(&self) -> Vec<(&'static str, crate::runtime::GroupCounters)> {
+        Vec::new()
+    }
 }
 
 /// Hooks that refuse every port change (ports fixed at startup).

@@ -106,6 +106,14 @@ impl PortHooks for RdmaPorts {
     fn port_addr(&self, portid: u16) -> Option<String> {
         self.servers.lock().iter().find_map(|s| s.port_addr(portid))
     }
+
+    fn counters(&self) -> Vec<(&'static str, GroupCounters)> {
+        if self.servers.lock().is_empty() {
+            return Vec::new();
+        }
+        // Verbs servers serve rdma and loopback ports alike.
+        vec![("rdma", RdmaPorts::counters(self))]
+    }
 }
 
 /// Every transport's ports: NVMe/TCP and verbs (RDMA, loopback) hooks by trtype.
@@ -143,5 +151,11 @@ impl PortHooks for TransportPorts {
         self.tcp
             .port_addr(portid)
             .or_else(|| self.rdma.port_addr(portid))
+    }
+
+    fn counters(&self) -> Vec<(&'static str, GroupCounters)> {
+        let mut v = self.tcp.counters();
+        v.extend(PortHooks::counters(self.rdma.as_ref()));
+        v
     }
 }

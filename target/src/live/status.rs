@@ -6,6 +6,7 @@ use nvmf_common::config::Config;
 
 use super::PortHooks;
 use crate::controller::Controller;
+use crate::runtime::GroupCounters;
 use crate::target::Target;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,6 +17,15 @@ pub struct StatusView {
     pub subsystems: Vec<SubsystemStatus>,
     /// Hosts connected to the discovery subsystem.
     pub discovery_controllers: Vec<ControllerStatus>,
+    /// Poll-group counters of each running transport (one naming for all fabrics).
+    #[serde(default)]
+    pub transports: Vec<TransportStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportStatus {
+    pub trtype: String,
+    pub counters: GroupCounters,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +132,14 @@ pub(super) fn collect(target: &Target, cfg: &Config, hooks: &dyn PortHooks) -> S
         ports,
         subsystems,
         discovery_controllers: controllers(target.discovery.controllers()),
+        transports: hooks
+            .counters()
+            .into_iter()
+            .map(|(trtype, counters)| TransportStatus {
+                trtype: trtype.to_string(),
+                counters,
+            })
+            .collect(),
     }
 }
 
@@ -172,6 +190,15 @@ impl std::fmt::Display for StatusView {
                 "discovery controller {} host {} port {}",
                 c.cntlid, c.hostnqn, c.portid
             )?;
+        }
+        for t in &self.transports {
+            let fields: Vec<String> = t
+                .counters
+                .fields()
+                .iter()
+                .map(|(name, v)| format!("{name} {v}"))
+                .collect();
+            writeln!(f, "transport {}: {}", t.trtype, fields.join(", "))?;
         }
         Ok(())
     }

@@ -16,7 +16,8 @@ macro_rules! counters {
         }
 
         /// A snapshot of [`GroupStats`] (or the sum over several groups).
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
         pub struct GroupCounters {
             $($(#[$doc])* pub $name: u64,)*
         }

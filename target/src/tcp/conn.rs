@@ -27,7 +27,7 @@ use nvmf_common::wire::tcp::{
 };
 
 use super::poll_group::TcpTransport;
-use super::tx::{c2h_header, c2h_trailer, TxQueue, ZERO_COPY_MIN};
+use super::tx::{TxQueue, ZERO_COPY_MIN};
 use crate::backend::DmaSlice;
 use crate::core::DataDir;
 use crate::runtime::stats::bump;
@@ -466,7 +466,7 @@ impl TcpTransport {
         let chunk = self.opts.c2h_chunk.max(1) as usize;
         let cqe = rt.fill_cqe(ci, si);
         let Some(q) = rt.queue_mut(ci) else { return };
-        let (Some(w), Some(neg), Some(cqe)) = (q.t.writer, q.t.neg, cqe) else {
+        let (Some(w), Some(cqe)) = (q.t.writer, cqe) else {
             return rt.sent(self, ci, si);
         };
         let sqflow_disabled = q.ctx.sq_flow_disabled;
@@ -498,7 +498,12 @@ impl TcpTransport {
                     let last = off + piece.len() >= total;
                     let success = last && sqflow_disabled;
                     if piece.len() >= ZERO_COPY_MIN {
-                        c2h_header(&neg, cid, off as u32, piece, last, success, &mut c.tx.bytes);
+                        if let Err(e) =
+                            w.c2h_data_head(cid, off as u32, piece, last, success, &mut c.tx.bytes)
+                        {
+                            err = Some(e);
+                            break;
+                        }
                         let seg = DmaSlice::new(arena.clone(), base + off, piece.len());
                         let release = if Some(i) == last_zc { buf.take() } else { None };
                         match seg {
@@ -511,7 +516,7 @@ impl TcpTransport {
                                 break;
                             }
                         }
-                        c2h_trailer(&neg, piece, &mut c.tx.bytes);
+                        w.data_trailer(piece, &mut c.tx.bytes);
                     } else if let Err(e) =
                         w.c2h_data(cid, off as u32, piece, last, success, &mut c.tx.bytes)
                     {

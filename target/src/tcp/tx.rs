@@ -2,16 +2,14 @@
 //! references to the command's pool buffer, written together with one `writev`.
 //!
 //! Small PDUs (responses, R2Ts, headers, short data) are appended to one byte buffer;
-//! a C2HData PDU whose data is large gets its header and digests there and its data as
+//! a C2HData PDU whose data is large gets its head and digest there (encoded by the
+//! `PduWriter`, the one place PDU layouts are computed) and its data as
 //! a segment pointing into the pool buffer the backend read into, so the data is not
 //! copied again before the kernel takes it. The pool buffer belongs to the queue until
 //! its last byte is written; [`TxQueue::advance`] hands it back.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
-
-use nvmf_common::transport::tcp::{data_digest, header_digest, pda_bytes, Negotiated};
-use nvmf_common::wire::tcp::{emit_header, flags, pdu_type, DataPdu, DATA_HDR_LEN, DIGEST_LEN};
 
 use crate::backend::DmaSlice;
 use crate::runtime::PoolBuf;
@@ -190,99 +188,9 @@ impl TxQueue {
     }
 }
 
-/// Appends the parts of a C2HData PDU that surround its data (header, header digest,
-/// padding to the host's HPDA) to `out`, exactly as
-/// [`PduWriter::c2h_data`](nvmf_common::transport::tcp::PduWriter::c2h_data) lays
-/// them out; the data and then [`c2h_trailer`] follow.
-pub fn c2h_header(
-    n: &Negotiated,
-    cid: u16,
-    datao: u32,
-    data: &[u8],
-    last: bool,
-    success: bool,
-    out: &mut Vec<u8>,
-) {
-    let hdgst = if n.header_digest { DIGEST_LEN } else { 0 };
-    let ddgst = if n.data_digest { DIGEST_LEN } else { 0 };
-    let full = DATA_HDR_LEN + hdgst;
-    let align = pda_bytes(n.hpda);
-    let pdo = full.div_ceil(align) * align;
-    let plen = pdo + data.len() + ddgst;
-    let mut fl = if last { flags::DATA_LAST } else { 0 };
-    if success {
-        fl |= flags::DATA_SUCCESS;
-    }
-    if n.header_digest {
-        fl |= flags::HDGST;
-    }
-    if n.data_digest {
-        fl |= flags::DDGST;
-    }
-    let mut hdr = [0u8; DATA_HDR_LEN];
-    {
-        let mut d = DataPdu::new_unchecked(&mut hdr[..]);
-        d.set_command_id(cid);
-        d.set_ttag(0);
-        d.set_data_offset(datao);
-        d.set_data_length(data.len() as u32);
-    }
-    emit_header(
-        &mut hdr,
-        pdu_type::C2H_DATA,
-        fl,
-        DATA_HDR_LEN as u8,
-        pdo as u8,
-        plen as u32,
-    );
-    out.extend_from_slice(&hdr);
-    if n.header_digest {
-        out.extend_from_slice(&header_digest(&hdr).to_le_bytes());
-    }
-    out.resize(out.len() + (pdo - full), 0);
-}
-
-/// Appends what follows a C2HData PDU's data: its digest, when negotiated.
-pub fn c2h_trailer(n: &Negotiated, data: &[u8], out: &mut Vec<u8>) {
-    if n.data_digest {
-        out.extend_from_slice(&data_digest(data).to_le_bytes());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nvmf_common::transport::tcp::{PduWriter, Role};
-
-    #[test]
-    fn c2h_layout_matches_the_writer() {
-        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
-        for hdgst in [false, true] {
-            for ddgst in [false, true] {
-                for hpda in [0u8, 3, 31] {
-                    let n = Negotiated {
-                        header_digest: hdgst,
-                        data_digest: ddgst,
-                        hpda,
-                        cpda: 0,
-                        maxh2cdata: 8192,
-                        maxr2t: 0,
-                    };
-                    for (last, success) in [(false, false), (true, false), (true, true)] {
-                        let mut want = Vec::new();
-                        PduWriter::new(Role::Controller, &n)
-                            .c2h_data(9, 4096, &data, last, success, &mut want)
-                            .unwrap();
-                        let mut got = Vec::new();
-                        c2h_header(&n, 9, 4096, &data, last, success, &mut got);
-                        got.extend_from_slice(&data);
-                        c2h_trailer(&n, &data, &mut got);
-                        assert_eq!(got, want, "hdgst {hdgst} ddgst {ddgst} hpda {hpda}");
-                    }
-                }
-            }
-        }
-    }
 
     #[test]
     fn segments_are_written_in_order_and_buffers_released() {

@@ -173,7 +173,12 @@ fn c2h_stream(p: &Pair) -> (Vec<u8>, Vec<String>) {
             length: 65536
         }
     ));
-    p.cw.c2h_data(4, 0, &d1, false, false, &mut wire).unwrap();
+    // The form a controller sends large data in: the head, the data from where it
+    // lies, the trailer.
+    p.cw.c2h_data_head(4, 0, &d1, false, false, &mut wire)
+        .unwrap();
+    wire.extend_from_slice(&d1);
+    p.cw.data_trailer(&d1, &mut wire);
     want.push(format!(
         "{:?}",
         Pdu::C2HData {

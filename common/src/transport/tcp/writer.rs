@@ -131,14 +131,42 @@ impl PduWriter {
         success: bool,
         out: &mut Vec<u8>,
     ) -> Result<usize, WireError> {
+        let plen = self.c2h_data_head(cid, datao, data, last, success, out)?;
+        out.extend_from_slice(data);
+        self.data_trailer(data, out);
+        Ok(plen)
+    }
+
+    /// Appends what precedes a C2HData PDU's data (header, header digest, padding to
+    /// the host's HPDA), so the data itself can be sent from where it lies, followed by
+    /// [`PduWriter::data_trailer`]. Returns the whole PDU's length.
+    pub fn c2h_data_head(
+        &self,
+        cid: u16,
+        datao: u32,
+        data: &[u8],
+        last: bool,
+        success: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, WireError> {
         self.expect(Role::Controller)?;
         if success && !last {
             return Err(WireError::Invalid("C2HData SUCCESS needs LAST_PDU"));
         }
+        if data.is_empty() {
+            return Err(WireError::Invalid("C2HData without data"));
+        }
         let fl = (if last { flags::DATA_LAST } else { 0 })
             | (if success { flags::DATA_SUCCESS } else { 0 });
         let mut hdr = data_header(cid, 0, datao, data)?;
-        self.encode(pdu_type::C2H_DATA, fl, &mut hdr, data, out)
+        self.encode_head(pdu_type::C2H_DATA, fl, &mut hdr, data.len(), out)
+    }
+
+    /// Appends what follows a data PDU's data: its digest, when negotiated.
+    pub fn data_trailer(&self, data: &[u8], out: &mut Vec<u8>) {
+        if self.data_digest && !data.is_empty() {
+            out.extend_from_slice(&data_digest(data).to_le_bytes());
+        }
     }
 
     /// Appends an R2T (controller only).
@@ -184,14 +212,30 @@ impl PduWriter {
         data: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<usize, WireError> {
+        let plen = self.encode_head(t, fl, hdr, data.len(), out)?;
+        out.extend_from_slice(data);
+        self.data_trailer(data, out);
+        Ok(plen)
+    }
+
+    /// Appends header, header digest and the padding before `data_len` bytes of data;
+    /// returns the whole PDU's length. The one place a PDU's layout is computed.
+    fn encode_head(
+        &self,
+        t: u8,
+        fl: u8,
+        hdr: &mut [u8],
+        data_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, WireError> {
         let hlen = hdr.len();
         let full = hlen + if self.header_digest { DIGEST_LEN } else { 0 };
-        let (pdo, plen) = if data.is_empty() {
+        let (pdo, plen) = if data_len == 0 {
             (0, full)
         } else {
             let pdo = full.div_ceil(self.align) * self.align;
             let ddgst = if self.data_digest { DIGEST_LEN } else { 0 };
-            (pdo, pdo + data.len() + ddgst)
+            (pdo, pdo + data_len + ddgst)
         };
         let too_long = WireError::Invalid("PDU too long");
         let plen32 = u32::try_from(plen).map_err(|_| too_long)?;
@@ -201,7 +245,7 @@ impl PduWriter {
         if self.header_digest {
             fl |= flags::HDGST;
         }
-        if self.data_digest && !data.is_empty() {
+        if self.data_digest && data_len > 0 {
             fl |= flags::DDGST;
         }
         emit_header(hdr, t, fl, hlen8, pdo8, plen32);
@@ -210,12 +254,8 @@ impl PduWriter {
         if self.header_digest {
             out.extend_from_slice(&header_digest(hdr).to_le_bytes());
         }
-        if !data.is_empty() {
+        if data_len > 0 {
             out.resize(out.len() + (pdo - full), 0);
-            out.extend_from_slice(data);
-            if self.data_digest {
-                out.extend_from_slice(&data_digest(data).to_le_bytes());
-            }
         }
         Ok(plen)
     }
