@@ -65,7 +65,7 @@ impl TcpPorts {
     /// Stops listening and ends every connection (backend I/O in flight is waited for).
     pub fn shutdown(&self) {
         if let Some(s) = self.server.lock().take() {
-            s.shutdown();
+            let _ = s.shutdown();
         }
     }
 }

@@ -83,6 +83,8 @@ pub struct Runtime<T: Transport> {
     pub(super) waiters: VecDeque<(u16, u16, u16)>,
     /// Shutting down: new capsules are not executed.
     pub(super) draining: bool,
+    /// The group's stop flag: set when the shutdown begins.
+    pub(super) stop: Arc<AtomicBool>,
     /// In-capsule data per slot (the target's in-capsule data size).
     pub(super) icd_slot: usize,
     epoll: Epoll,
@@ -137,6 +139,7 @@ pub fn spawn<T: Transport>(
         next_gen: 1,
         waiters: VecDeque::new(),
         draining: false,
+        stop: stop.clone(),
         epoll,
         events: vec![EpollEvent::empty(); EPOLL_BATCH],
         backend_fds: Vec::new(),
@@ -221,9 +224,11 @@ impl<T: Transport> Runtime<T> {
         &self.epoll
     }
 
-    /// Whether the group is shutting down (new capsules are refused).
+    /// Whether the group is shutting down (new capsules are refused). The flag is read
+    /// as well as the drain state, so a capsule that arrives in the pass during which
+    /// the stop began is already refused.
     pub fn draining(&self) -> bool {
-        self.draining
+        self.draining || self.stop.load(Ordering::Relaxed)
     }
 
     /// Waits on epoll up to `timeout` and dispatches what is ready: the hand-over
@@ -375,7 +380,6 @@ impl<T: Transport> Runtime<T> {
             }
         }
         let left = self.commands_in_flight();
-        bump(&self.stats.drained, start.saturating_sub(left) as u64);
         if left > 0 {
             warn!(
                 group = self.index,
@@ -395,7 +399,8 @@ impl<T: Transport> Runtime<T> {
     fn shutdown_all(&mut self, t: &mut T, reaped: &mut Vec<crate::backend::IoCompletion>) {
         t.flush(self);
         for qi in 0..self.queues.len() {
-            self.kill(t, qi as u16, "target shutting down", false);
+            // Linger: hosts read the last responses before the connection goes.
+            self.kill(t, qi as u16, "target shutting down", true);
         }
         let deadline = Instant::now() + BACKEND_DRAIN;
         while self.queues.iter().any(Option::is_some) && Instant::now() < deadline {

@@ -221,7 +221,7 @@ impl<T: Transport> Runtime<T> {
         icd: InCapsule<'_>,
     ) {
         bump(&self.stats.commands, 1);
-        let draining = self.draining;
+        let draining = self.draining();
         let icd_slot = self.icd_slot;
         let target = self.target.clone();
         let Some(q) = self
@@ -496,6 +496,10 @@ impl<T: Transport> Runtime<T> {
     pub fn sent(&mut self, t: &mut T, qi: u16, si: u16) {
         if self.queue(qi).is_some_and(|q| q.dead) {
             return self.settle(t, qi, si);
+        }
+        if self.draining() {
+            // Answered after the shutdown began (it was already executing).
+            bump(&self.stats.drained, 1);
         }
         self.release_slot(t, qi, si);
         if self.queue(qi).is_some_and(|q| q.ctx.disconnect && !q.dead) {

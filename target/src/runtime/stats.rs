@@ -59,7 +59,7 @@ counters! {
     buffers_in_use,
     /// Times the thread blocked waiting for work.
     sleeps,
-    /// Commands in flight when shutdown began that were answered.
+    /// Commands answered after the shutdown began (they were already executing).
     drained,
     /// Capsules that arrived after shutdown began and were not executed.
     refused_at_shutdown,

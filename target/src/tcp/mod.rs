@@ -305,10 +305,14 @@ impl TcpServer {
         t
     }
 
-    /// Stops the listener and poll groups and waits for them (connections are closed,
-    /// backend I/O in flight is waited for).
-    pub fn shutdown(mut self) {
+    /// Graceful stop, as on every fabric: no new connections (the listener first),
+    /// then each poll group stops taking commands, answers those in flight (within a
+    /// bound), closes its connections and waits for backend I/O; waits for every
+    /// thread. Returns the final counters (`queues` and `buffers_in_use` are 0 unless
+    /// something leaked).
+    pub fn shutdown(mut self) -> GroupCounters {
         self.stop_threads();
+        self.counters()
     }
 
     fn stop_threads(&mut self) {

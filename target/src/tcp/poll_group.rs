@@ -45,6 +45,8 @@ const READS_PER_CONN: usize = 4;
 /// How long a closed connection's socket is kept to drain what the host still sends
 /// (so the kernel does not answer a termination request with a reset).
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
+/// Pause between passes over lingering sockets at shutdown.
+const CLOSE_POLL: Duration = Duration::from_millis(5);
 /// Up to this many connections, a spinning group reads every socket each pass (one
 /// `read` each); beyond, it asks epoll which ones have data.
 const DIRECT_READ_MAX: usize = 2;
@@ -281,22 +283,7 @@ impl Transport for TcpTransport {
             );
             rt.kill(self, ci, &why, true);
         }
-        // Sockets of closed connections: discard what arrives until the host closes.
-        let mut b = [0u8; 4096];
-        self.closing.retain(|(s, t)| {
-            if now.duration_since(*t) > CLOSE_LINGER {
-                return false;
-            }
-            loop {
-                match (&*s).read(&mut b) {
-                    Ok(0) => return false,
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(_) => return false,
-                }
-            }
-        });
+        self.drain_closing(now);
     }
 
     /// What is queued (responses, a termination request) gets one last write, then the
@@ -337,12 +324,39 @@ impl Transport for TcpTransport {
         }
     }
 
+    /// Closed sockets are drained until their hosts close them (bounded by
+    /// [`CLOSE_LINGER`]): closing a socket with unread bytes would reset it, and the
+    /// host would lose the responses it had not read yet.
     fn shutdown(&mut self, _rt: &mut Runtime<Self>) {
+        let start = Instant::now();
+        while !self.closing.is_empty() && start.elapsed() < CLOSE_LINGER {
+            self.drain_closing(Instant::now());
+            std::thread::sleep(CLOSE_POLL);
+        }
         self.closing.clear();
     }
 }
 
 impl TcpTransport {
+    /// Sockets of closed connections: discard what arrives until the host closes.
+    fn drain_closing(&mut self, now: Instant) {
+        let mut b = [0u8; 4096];
+        self.closing.retain(|(s, t)| {
+            if now.duration_since(*t) > CLOSE_LINGER {
+                return false;
+            }
+            loop {
+                match (&*s).read(&mut b) {
+                    Ok(0) => return false,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return false,
+                }
+            }
+        });
+    }
+
     pub(super) fn mark_dirty(&mut self, ci: u16) {
         if !self.dirty.contains(&ci) {
             self.dirty.push(ci);
