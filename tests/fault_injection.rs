@@ -5,6 +5,7 @@
 //! again, and that every write acknowledged (before a completed Flush, for the kill)
 //! reads back.
 
+use nvmf_target::runtime::PortServer;
 use std::io::BufRead;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

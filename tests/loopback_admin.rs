@@ -30,7 +30,7 @@ fn admin_connect(env: &Env, kato_ms: u32) -> nvmf_initiator::queue::Queue {
         DataDir::ToCtrl,
     );
     assert!(c.status.is_success(), "connect: {}", c.status);
-    let cc = 1 | (6 << 16) | (4 << 20);
+    let cc = u64::from(nvmf_common::wire::fabrics::Cc::enable_nvm().0);
     let c = exec(
         &mut q,
         command::property_set(reg::CC, cc),

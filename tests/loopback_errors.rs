@@ -61,7 +61,7 @@ fn raw_connect(
 }
 
 fn enable(q: &mut Queue) {
-    let cc = 1 | (6 << 16) | (4 << 20);
+    let cc = u64::from(nvmf_common::wire::fabrics::Cc::enable_nvm().0);
     let c = exec(q, command::property_set(reg::CC, cc), None, DataDir::None);
     assert!(c.status.is_success());
 }

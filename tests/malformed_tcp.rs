@@ -9,6 +9,7 @@
 //! 255 with digests, transfer tags 0 and out of range, digest errors, truncation, and
 //! peers that stall or vanish mid-PDU.
 
+use nvmf_target::runtime::PortServer;
 use std::time::{Duration, Instant};
 
 use nvmf_common::transport::tcp::negotiate::icreq_params;

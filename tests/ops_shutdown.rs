@@ -2,6 +2,7 @@
 //! buffer or controller behind; CC.SHN reports shutdown complete once the backends are
 //! synced; a removed namespace's backend channels are closed once drained.
 
+use nvmf_target::runtime::PortServer;
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::{Nqn, Nsid};

@@ -6,6 +6,7 @@
 //! buffers, and the process's resident memory grew by less than a bound once the
 //! namespace's pages were all touched.
 
+use nvmf_target::runtime::PortServer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

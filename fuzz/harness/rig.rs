@@ -22,7 +22,9 @@ pub const NQN: &str = "nqn.2024-01.io.nvmf-rs:fuzz";
 /// The host the rig's well-formed Connects come from.
 pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-00000000f022";
 /// CC: EN, IOSQES 6, IOCQES 4.
-pub const CC_ENABLE: u64 = 1 | (6 << 16) | (4 << 20);
+pub fn cc_enable() -> u64 {
+    u64::from(nvmf_common::wire::fabrics::Cc::enable_nvm().0)
+}
 /// Backend completions are reaped at most this many times per command.
 const MAX_REAPS: usize = 10_000;
 
@@ -166,7 +168,7 @@ impl Rig {
             return None;
         }
         let cntlid = Cntlid(dw0 as u16);
-        self.exec(&mut q, &command::property_set(reg::CC, CC_ENABLE), 0, &[]);
+        self.exec(&mut q, &command::property_set(reg::CC, cc_enable()), 0, &[]);
         self.exec(&mut q, &command::set_number_of_queues(nr_io), 0, &[]);
         Some((q, cntlid))
     }

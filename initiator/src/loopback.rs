@@ -15,6 +15,7 @@ use nvmf_common::types::Nqn;
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
 use nvmf_target::rdma::{listen_addr, RdmaServer};
+use nvmf_target::runtime::PortServer;
 use nvmf_target::target::Target;
 
 use crate::error::Error;

@@ -509,7 +509,23 @@ impl Cc {
     regfield!(iosqes, with_iosqes, u32, u8, 16, 4);
     regfield!(iocqes, with_iocqes, u32, u8, 20, 4);
     regfield!(crime, with_crime, u32, bool, 24, 1);
+
+    /// What a host writes to enable an NVM controller over fabrics: CC.EN, the NVM
+    /// command set, and the fabrics' fixed entry sizes (IOSQES 6: 64-byte SQEs,
+    /// IOCQES 4: 16-byte CQEs).
+    pub fn enable_nvm() -> Cc {
+        Cc(0)
+            .with_en(true)
+            .with_css(cc_css::NVM)
+            .with_iosqes(IOSQES_NVMF)
+            .with_iocqes(IOCQES_NVMF)
+    }
 }
+
+/// CC.IOSQES over fabrics: log2 of the 64-byte submission queue entry.
+pub const IOSQES_NVMF: u8 = SQE_LEN.trailing_zeros() as u8;
+/// CC.IOCQES over fabrics: log2 of the 16-byte completion queue entry.
+pub const IOCQES_NVMF: u8 = crate::wire::cqe::CQE_LEN.trailing_zeros() as u8;
 
 /// CC.CSS values (I/O command set selected; Linux `NVME_CC_CSS_*`).
 pub mod cc_css {
@@ -551,6 +567,12 @@ pub mod shst {
 mod tests {
     use super::*;
     use crate::wire::WireError;
+
+    #[test]
+    fn cc_enable_nvm_is_what_linux_writes() {
+        // Linux: NVME_CC_ENABLE | NVME_CC_CSS_NVM | NVME_CC_IOSQES | NVME_CC_IOCQES.
+        assert_eq!(Cc::enable_nvm().0, 0x0046_0001);
+    }
 
     #[test]
     fn connect_cmd_golden() {

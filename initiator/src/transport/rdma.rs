@@ -18,6 +18,7 @@ use nvmf_common::verbs::{
     post_recv_slots, Access, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain,
     QpCaps, QpInit, QueuePair, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::rdma::{
     reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN, NVME_RDMA_CM_FMT_1_0,
 };
@@ -26,7 +27,6 @@ use nvmf_common::wire::sqe::{offset, SQE_LEN};
 
 use super::{DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
 
-const CQE_LEN: usize = 16;
 /// Byte range of DPTR (SGL1) in the SQE.
 const DPTR: std::ops::Range<usize> = offset::DPTR as usize..offset::DPTR as usize + 16;
 /// Send completions requested every this many sends (frees send-queue entries).

@@ -9,6 +9,7 @@ use nvmf_common::config::TrType;
 
 use super::PortHooks;
 use crate::params::PortInfo;
+use crate::runtime::{PortError, PortServer};
 use crate::target::Target;
 use crate::tcp::{GroupCounters, TcpOptions, TcpServer};
 
@@ -26,7 +27,7 @@ impl TcpPorts {
         target: Arc<Target>,
         ports: &[Arc<PortInfo>],
         opts: TcpOptions,
-    ) -> std::io::Result<TcpPorts> {
+    ) -> Result<TcpPorts, PortError> {
         let tcp: Vec<_> = ports
             .iter()
             .filter(|p| p.trtype == TrType::Tcp)
@@ -58,7 +59,7 @@ impl TcpPorts {
         self.server
             .lock()
             .as_ref()
-            .map(TcpServer::counters)
+            .map(PortServer::counters)
             .unwrap_or_default()
     }
 
@@ -75,31 +76,23 @@ impl PortHooks for TcpPorts {
         trtype == TrType::Tcp
     }
 
-    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError> {
         if port.trtype != TrType::Tcp {
-            return Err(format!(
-                "port {}: {} ports cannot be added while running",
-                port.portid,
-                port.trtype.as_str()
-            ));
+            return Err(PortError::Unsupported {
+                portid: port.portid,
+                trtype: port.trtype.as_str(),
+            });
         }
         let mut g = self.server.lock();
         match g.as_ref() {
-            Some(s) => s
-                .add_port(port)
-                .map(|a| a.to_string())
-                .map_err(|e| e.to_string()),
+            Some(s) => s.add_port(port),
             None => {
                 let s = TcpServer::start_with(
                     self.target.clone(),
                     std::slice::from_ref(port),
                     self.opts.clone(),
-                )
-                .map_err(|e| e.to_string())?;
-                let addr = s
-                    .port_addr(port.portid)
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
+                )?;
+                let addr = s.port_addr(port.portid).unwrap_or_default();
                 *g = Some(s);
                 Ok(addr)
             }
@@ -117,7 +110,6 @@ impl PortHooks for TcpPorts {
             .lock()
             .as_ref()
             .and_then(|s| s.port_addr(portid))
-            .map(|a| a.to_string())
     }
 
     fn counters(&self) -> Vec<(&'static str, GroupCounters)> {

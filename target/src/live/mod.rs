@@ -29,6 +29,7 @@ use nvmf_common::config::{Config, NamespaceConfig, TrType};
 use nvmf_common::types::{Nqn, Nsid};
 
 use crate::params::PortInfo;
+use crate::runtime::PortError;
 use crate::subsystem::MAX_NAMESPACES;
 use crate::target::{DiscoveryScope, Target};
 use plan::Step;
@@ -38,7 +39,7 @@ pub trait PortHooks: Send + Sync {
     /// Whether ports of `trtype` can be added and removed while running.
     fn can_serve(&self, trtype: TrType) -> bool;
     /// Starts listening on `port`; returns the bound address, or why it cannot.
-    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String>;
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError>;
     /// Stops listening on port `portid`.
     fn remove_port(&self, portid: u16);
     /// The address port `portid` listens on, when known (status view).
@@ -56,11 +57,11 @@ impl PortHooks for FixedPorts {
     fn can_serve(&self, _: TrType) -> bool {
         false
     }
-    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
-        Err(format!(
-            "port {} cannot be added while running",
-            port.portid
-        ))
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError> {
+        Err(PortError::Unsupported {
+            portid: port.portid,
+            trtype: port.trtype.as_str(),
+        })
     }
     fn remove_port(&self, _: u16) {}
     fn port_addr(&self, _: u16) -> Option<String> {
@@ -187,10 +188,13 @@ impl Live {
                 }
                 Step::AddPort(p) => {
                     let info = Arc::new(plan::port_of(p));
-                    self.hooks.add_port(&info).map(|addr| {
-                        info!(portid = p.portid, %addr, "port listening");
-                        added.push(p.portid);
-                    })
+                    self.hooks
+                        .add_port(&info)
+                        .map(|addr| {
+                            info!(portid = p.portid, %addr, "port listening");
+                            added.push(p.portid);
+                        })
+                        .map_err(|e| e.to_string())
                 }
                 _ => Ok(()),
             };

@@ -15,6 +15,7 @@ use super::PortHooks;
 use crate::params::PortInfo;
 use crate::rdma::poll_group::GroupCounters;
 use crate::rdma::RdmaServer;
+use crate::runtime::{PortError, PortServer};
 use crate::target::Target;
 
 /// Finds the verbs device that serves a port's address.
@@ -72,24 +73,23 @@ impl PortHooks for RdmaPorts {
         matches!(trtype, TrType::Rdma | TrType::Loopback)
     }
 
-    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError> {
         if !self.can_serve(port.trtype) {
-            return Err(format!(
-                "port {}: {} ports are not served by verbs",
-                port.portid,
-                port.trtype.as_str()
-            ));
+            return Err(PortError::Unsupported {
+                portid: port.portid,
+                trtype: port.trtype.as_str(),
+            });
         }
-        let device = (self.resolve)(port)?;
+        let device = (self.resolve)(port).map_err(|reason| PortError::Address {
+            portid: port.portid,
+            reason,
+        })?;
         let mut servers = self.servers.lock();
         let name = device.name();
         if let Some(s) = servers.iter().find(|s| s.device().name() == name) {
-            return s
-                .add_port(port)
-                .map_err(|e| format!("port {}: {e}", port.portid));
+            return s.add_port(port);
         }
-        let s = RdmaServer::start(self.target.clone(), device, std::slice::from_ref(port))
-            .map_err(|e| format!("port {}: {e}", port.portid))?;
+        let s = RdmaServer::start(self.target.clone(), device, std::slice::from_ref(port))?;
         let addr = s.port_addr(port.portid).unwrap_or_default();
         servers.push(s);
         Ok(addr)
@@ -137,7 +137,7 @@ impl PortHooks for TransportPorts {
         self.for_trtype(trtype).can_serve(trtype)
     }
 
-    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, String> {
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError> {
         self.for_trtype(port.trtype).add_port(port)
     }
 

@@ -30,6 +30,7 @@ use tracing::info;
 use nvmf_common::verbs::{Device, ProtectionDomain, VerbsError};
 
 use crate::params::PortInfo;
+use crate::runtime::{PortError, PortServer};
 use crate::target::Target;
 
 /// Kinds of work requests, encoded in `wr_id`.
@@ -100,9 +101,13 @@ impl RdmaServer {
         target: Arc<Target>,
         device: Arc<dyn Device>,
         ports: &[Arc<PortInfo>],
-    ) -> Result<Self, VerbsError> {
+    ) -> Result<Self, PortError> {
+        let failed = |e: VerbsError| PortError::Start {
+            fabric: "NVMe/RDMA",
+            reason: e.to_string(),
+        };
         let stop = Arc::new(AtomicBool::new(false));
-        let pd: Arc<dyn ProtectionDomain> = device.alloc_pd()?;
+        let pd: Arc<dyn ProtectionDomain> = device.alloc_pd().map_err(failed)?;
         let mut server = RdmaServer {
             stop: stop.clone(),
             threads: Vec::new(),
@@ -115,7 +120,8 @@ impl RdmaServer {
         for i in 0..target.params.poll_groups.max(1) {
             // On error, dropping `server` stops the groups already started.
             let (handle, thread) =
-                poll_group::spawn(i, target.clone(), device.clone(), pd.clone(), stop.clone())?;
+                poll_group::spawn(i, target.clone(), device.clone(), pd.clone(), stop.clone())
+                    .map_err(failed)?;
             server.groups.push(handle);
             server.threads.push(thread);
         }
@@ -125,19 +131,51 @@ impl RdmaServer {
         Ok(server)
     }
 
-    /// Starts accepting on another port while running; returns the rdma_cm address it
-    /// listens on. Fails (nothing changes) when the port id is already served or the
-    /// address cannot be listened on.
-    pub fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, VerbsError> {
+    /// The verbs device the server runs on.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    /// Whether the server listens on no port.
+    pub fn is_idle(&self) -> bool {
+        self.listeners.lock().is_empty()
+    }
+
+    /// Graceful stop: no new connections (listeners first), then each poll group stops
+    /// taking commands, lets those in flight finish and answers them (within a bound),
+    /// closes its queues and waits for backend I/O; waits for every thread. Returns
+    /// the final counters (`queues` and `buffers_in_use` are 0 unless something leaked).
+    pub fn shutdown(mut self) -> poll_group::GroupCounters {
+        self.stop_threads();
+        PortServer::counters(&self)
+    }
+
+    fn stop_threads(&mut self) {
+        for l in self.listeners.get_mut().drain(..) {
+            l.stop();
+        }
+        self.stop.store(true, Ordering::Release);
+        for g in &self.groups {
+            g.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl PortServer for RdmaServer {
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError> {
         let mut ls = self.listeners.lock();
         let addr = listen_addr(port);
         if ls.iter().any(|l| l.portid == port.portid) {
-            return Err(VerbsError::AddrInUse(format!(
-                "port {} is already listening",
-                port.portid
-            )));
+            return Err(PortError::AlreadyListening(port.portid));
         }
-        let l = self.device.listen(&addr)?;
+        let l = self.device.listen(&addr).map_err(|e| PortError::Listen {
+            portid: port.portid,
+            addr: addr.clone(),
+            source: std::io::Error::other(e),
+        })?;
         info!(
             trtype = ?port.trtype, traddr = %port.traddr, trsvcid = %port.trsvcid,
             device = %self.device.name(), "listening"
@@ -160,9 +198,7 @@ impl RdmaServer {
         Ok(addr)
     }
 
-    /// Stops accepting on port `portid` (queues already connected stay; the caller
-    /// ends their controllers). Returns whether the port was served.
-    pub fn remove_port(&self, portid: u16) -> bool {
+    fn remove_port(&self, portid: u16) -> bool {
         let l = {
             let mut ls = self.listeners.lock();
             let i = ls.iter().position(|l| l.portid == portid);
@@ -178,8 +214,7 @@ impl RdmaServer {
         }
     }
 
-    /// The rdma_cm address port `portid` listens on.
-    pub fn port_addr(&self, portid: u16) -> Option<String> {
+    fn port_addr(&self, portid: u16) -> Option<String> {
         self.listeners
             .lock()
             .iter()
@@ -187,45 +222,12 @@ impl RdmaServer {
             .map(|l| l.addr.clone())
     }
 
-    /// The verbs device the server runs on.
-    pub fn device(&self) -> &Arc<dyn Device> {
-        &self.device
-    }
-
-    /// Whether the server listens on no port.
-    pub fn is_idle(&self) -> bool {
-        self.listeners.lock().is_empty()
-    }
-
-    /// Data-path counters summed over the poll groups.
-    pub fn counters(&self) -> poll_group::GroupCounters {
+    fn counters(&self) -> poll_group::GroupCounters {
         let mut t = poll_group::GroupCounters::default();
         for g in &self.groups {
             t.add(&g.stats.snapshot());
         }
         t
-    }
-
-    /// Graceful stop: no new connections (listeners first), then each poll group stops
-    /// taking commands, lets those in flight finish and answers them (within a bound),
-    /// closes its queues and waits for backend I/O; waits for every thread. Returns
-    /// the final counters (`queues` and `buffers_in_use` are 0 unless something leaked).
-    pub fn shutdown(mut self) -> poll_group::GroupCounters {
-        self.stop_threads();
-        self.counters()
-    }
-
-    fn stop_threads(&mut self) {
-        for l in self.listeners.get_mut().drain(..) {
-            l.stop();
-        }
-        self.stop.store(true, Ordering::Release);
-        for g in &self.groups {
-            g.wake();
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 

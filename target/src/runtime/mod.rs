@@ -14,7 +14,8 @@
 //!   held (AER) or backend I/O → response → slot recycled. Connect installs the queue
 //!   (qid, size, SQ flow control) here, not in a transport.
 //! - [`pool`]: the data buffer arena, [`stats`]: one set of counters for every
-//!   transport, [`mailbox`]: how listeners hand queues to a group.
+//!   transport, [`mailbox`]: how listeners hand queues to a group, [`ports`]: one
+//!   port API ([`PortServer`], [`PortError`]) that every fabric's server implements.
 //!
 //! Ownership: a poll group thread owns its [`Runtime`] (queues, slots, buffers,
 //! backend channels) and its transport state; nothing on the data path is shared or
@@ -31,6 +32,7 @@
 pub mod group;
 pub mod mailbox;
 pub mod pool;
+pub mod ports;
 pub mod request;
 pub mod sgl;
 pub mod stats;
@@ -42,6 +44,7 @@ use nix::sys::epoll::EpollFlags;
 pub use group::{spawn, Runtime, Wait};
 pub use mailbox::GroupHandle;
 pub use pool::{BufferPool, PoolBuf};
+pub use ports::{PortError, PortServer};
 pub use request::{InCapsule, Queue, ReqState, Slot};
 pub use sgl::{HostData, SglCarrier};
 pub use stats::{GroupCounters, GroupStats};

@@ -52,6 +52,7 @@ use nvmf_common::config::TcpConfig;
 use nvmf_common::transport::tcp::ControllerConfig;
 
 use crate::params::PortInfo;
+use crate::runtime::{PortError, PortServer};
 use crate::target::Target;
 
 pub use poll_group::{GroupCounters, GroupHandle};
@@ -118,26 +119,19 @@ impl TcpOptions {
 
 /// The socket address a tcp port listens on: `traddr` (an IP literal, brackets
 /// allowed for IPv6) and `trsvcid` (a port number; 0 asks the OS for a free one).
-pub fn listen_addr(port: &PortInfo) -> io::Result<SocketAddr> {
+pub fn listen_addr(port: &PortInfo) -> Result<SocketAddr, PortError> {
     let a = port.traddr.trim_matches(|c| c == '[' || c == ']');
-    let ip: IpAddr = a.parse().map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "port {}: traddr {:?} is not an IP address",
-                port.portid, port.traddr
-            ),
-        )
-    })?;
-    let p: u16 = port.trsvcid.parse().map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "port {}: trsvcid {:?} is not a port number",
-                port.portid, port.trsvcid
-            ),
-        )
-    })?;
+    let bad = |reason: String| PortError::Address {
+        portid: port.portid,
+        reason,
+    };
+    let ip: IpAddr = a
+        .parse()
+        .map_err(|_| bad(format!("traddr {:?} is not an IP address", port.traddr)))?;
+    let p: u16 = port
+        .trsvcid
+        .parse()
+        .map_err(|_| bad(format!("trsvcid {:?} is not a port number", port.trsvcid)))?;
     Ok(SocketAddr::new(ip, p))
 }
 
@@ -166,7 +160,7 @@ const LISTENER_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl TcpServer {
     /// Listens on every port of `ports` and starts `transport.poll_groups` poll groups.
-    pub fn start(target: Arc<Target>, ports: &[Arc<PortInfo>]) -> io::Result<Self> {
+    pub fn start(target: Arc<Target>, ports: &[Arc<PortInfo>]) -> Result<Self, PortError> {
         TcpServer::start_with(target, ports, TcpOptions::default())
     }
 
@@ -175,10 +169,9 @@ impl TcpServer {
         target: Arc<Target>,
         ports: &[Arc<PortInfo>],
         opts: TcpOptions,
-    ) -> io::Result<Self> {
+    ) -> Result<Self, PortError> {
         let cfg = opts.controller_config(&target);
-        cfg.validate()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("NVMe/TCP: {e}")))?;
+        cfg.validate().map_err(|e| start_error(e.to_string()))?;
         // Bind first: a port that cannot be had stops startup before any thread runs.
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
@@ -187,21 +180,22 @@ impl TcpServer {
             addrs.push((port.portid, local));
             listeners.push(Some((l, port.clone())));
         }
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io::Error::from)?;
+        let epoll =
+            Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| start_error(e.to_string()))?;
         let listener_wake = Arc::new(
             EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .map_err(io::Error::from)?,
+                .map_err(|e| start_error(e.to_string()))?,
         );
         epoll
             .add(
                 listener_wake.as_fd(),
                 EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN),
             )
-            .map_err(io::Error::from)?;
+            .map_err(|e| start_error(e.to_string()))?;
         for (i, (l, _)) in listeners.iter().flatten().enumerate() {
             epoll
                 .add(l.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
-                .map_err(io::Error::from)?;
+                .map_err(|e| start_error(e.to_string()))?;
         }
         let (ctl_tx, ctl_rx) = channel();
 
@@ -217,7 +211,8 @@ impl TcpServer {
         for i in 0..target.params.poll_groups.max(1) {
             // On error, dropping `server` stops the groups already started.
             let (handle, thread) =
-                poll_group::spawn(i, target.clone(), cfg, opts.clone(), stop.clone())?;
+                poll_group::spawn(i, target.clone(), cfg, opts.clone(), stop.clone())
+                    .map_err(|e| start_error(e.to_string()))?;
             server.groups.push(handle);
             server.threads.push(thread);
         }
@@ -236,7 +231,8 @@ impl TcpServer {
                     groups,
                     stop,
                 )
-            })?;
+            })
+            .map_err(|e| start_error(e.to_string()))?;
         server.threads.push(t);
         Ok(server)
     }
@@ -247,8 +243,8 @@ impl TcpServer {
         self.addrs.lock().iter().map(|(_, a)| *a).collect()
     }
 
-    /// The address port `portid` is bound to.
-    pub fn port_addr(&self, portid: u16) -> Option<SocketAddr> {
+    /// The socket address port `portid` is bound to.
+    pub fn socket_addr(&self, portid: u16) -> Option<SocketAddr> {
         self.addrs
             .lock()
             .iter()
@@ -256,27 +252,46 @@ impl TcpServer {
             .map(|(_, a)| *a)
     }
 
-    /// Starts listening on another port while running. Fails (nothing changes) when the
-    /// address cannot be bound or the port id is already served.
-    pub fn add_port(&self, port: &Arc<PortInfo>) -> io::Result<SocketAddr> {
-        if self.port_addr(port.portid).is_some() {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("port {} is already listening", port.portid),
-            ));
+    /// Graceful stop, as on every fabric: no new connections (the listener first),
+    /// then each poll group stops taking commands, answers those in flight (within a
+    /// bound), closes its connections and waits for backend I/O; waits for every
+    /// thread. Returns the final counters (`queues` and `buffers_in_use` are 0 unless
+    /// something leaked).
+    pub fn shutdown(mut self) -> GroupCounters {
+        self.stop_threads();
+        PortServer::counters(&self)
+    }
+
+    fn stop_threads(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.listener_wake.write(1);
+        for g in &self.groups {
+            g.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl PortServer for TcpServer {
+    fn add_port(&self, port: &Arc<PortInfo>) -> Result<String, PortError> {
+        if self.socket_addr(port.portid).is_some() {
+            return Err(PortError::AlreadyListening(port.portid));
         }
         let (l, local) = bind_port(port)?;
         self.listen_ctl
             .send(ListenCmd::Add(l, port.clone()))
-            .map_err(|_| io::Error::other("the NVMe/TCP listener has stopped"))?;
+            .map_err(|_| PortError::Server {
+                portid: port.portid,
+                reason: "the NVMe/TCP listener has stopped".into(),
+            })?;
         let _ = self.listener_wake.write(1);
         self.addrs.lock().push((port.portid, local));
-        Ok(local)
+        Ok(local.to_string())
     }
 
-    /// Stops listening on port `portid` (connections already made stay; the caller
-    /// ends their controllers). Returns whether the port was served.
-    pub fn remove_port(&self, portid: u16) -> bool {
+    fn remove_port(&self, portid: u16) -> bool {
         let known = {
             let mut a = self.addrs.lock();
             let before = a.len();
@@ -296,34 +311,16 @@ impl TcpServer {
         true
     }
 
-    /// Data-path counters summed over the poll groups.
-    pub fn counters(&self) -> GroupCounters {
+    fn port_addr(&self, portid: u16) -> Option<String> {
+        self.socket_addr(portid).map(|a| a.to_string())
+    }
+
+    fn counters(&self) -> GroupCounters {
         let mut t = GroupCounters::default();
         for g in &self.groups {
             t.add(&g.stats.snapshot());
         }
         t
-    }
-
-    /// Graceful stop, as on every fabric: no new connections (the listener first),
-    /// then each poll group stops taking commands, answers those in flight (within a
-    /// bound), closes its connections and waits for backend I/O; waits for every
-    /// thread. Returns the final counters (`queues` and `buffers_in_use` are 0 unless
-    /// something leaked).
-    pub fn shutdown(mut self) -> GroupCounters {
-        self.stop_threads();
-        self.counters()
-    }
-
-    fn stop_threads(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        let _ = self.listener_wake.write(1);
-        for g in &self.groups {
-            g.wake();
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }
 
@@ -335,17 +332,24 @@ impl Drop for TcpServer {
 
 const WAKE_TOKEN: u64 = u64::MAX;
 
+fn start_error(reason: String) -> PortError {
+    PortError::Start {
+        fabric: "NVMe/TCP",
+        reason,
+    }
+}
+
 /// Binds a non-blocking listener for `port`.
-fn bind_port(port: &PortInfo) -> io::Result<(TcpListener, SocketAddr)> {
+fn bind_port(port: &PortInfo) -> Result<(TcpListener, SocketAddr), PortError> {
     let want = listen_addr(port)?;
-    let l = TcpListener::bind(want).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("port {}: cannot listen on {want}: {e}", port.portid),
-        )
-    })?;
-    l.set_nonblocking(true)?;
-    let local = l.local_addr()?;
+    let failed = |source: io::Error| PortError::Listen {
+        portid: port.portid,
+        addr: want.to_string(),
+        source,
+    };
+    let l = TcpListener::bind(want).map_err(failed)?;
+    l.set_nonblocking(true).map_err(failed)?;
+    let local = l.local_addr().map_err(failed)?;
     info!(portid = port.portid, addr = %local, "NVMe/TCP listening");
     Ok((l, local))
 }

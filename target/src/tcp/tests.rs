@@ -27,6 +27,7 @@ use nvmf_common::wire::status::{generic, Sct, Status};
 use nvmf_common::wire::tcp::{offset, term_fes};
 
 use super::{TcpOptions, TcpServer};
+use crate::runtime::{PortError, PortServer};
 use crate::target::Target;
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
@@ -1497,8 +1498,10 @@ fn ipv6_listener() {
     let target = Target::from_config(&cfg).unwrap();
     let tcp = match TcpServer::start(target.clone(), &target.ports()) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
-            eprintln!("no IPv6 loopback here: {e}");
+        Err(PortError::Listen { ref source, .. })
+            if source.kind() == std::io::ErrorKind::AddrNotAvailable =>
+        {
+            eprintln!("no IPv6 loopback here: {source}");
             return;
         }
         Err(e) => panic!("{e}"),
