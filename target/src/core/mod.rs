@@ -1,19 +1,23 @@
 //! The transport-independent command path, shaped like Linux nvmet.
 //!
-//! A transport owns its queues ([`QueueCtx`]) and request slots ([`Request`]) and
-//! drives each command through the same steps:
+//! The poll-group runtime ([`crate::runtime`]) owns queues ([`QueueCtx`]) and request
+//! slots ([`Request`]) and drives each command through the same steps on every fabric:
 //!
 //! 1. **parse** ([`parse`]): route by queue (connect / admin / I/O), validate the
-//!    command against the controller state and the data length the transport found
-//!    in the SGL, and return a [`Plan`] (direction and length) or a precise [`Status`].
-//! 2. the transport **gets the data** (in-capsule, RDMA READ, R2T) into `req.data`.
+//!    command against the controller state and the data length the SGL describes,
+//!    and return a [`Plan`] (direction and length) or a precise [`Status`].
+//! 2. the runtime **gets the data** (in-capsule, or by the fabric: R2T/H2CData, RDMA
+//!    READ) into `req.data`.
 //! 3. **execute** ([`execute`]): run it; either complete at once or submit backend
-//!    I/O tagged with the transport's tag ([`Outcome::Pending`]), or hold it
-//!    (Asynchronous Event Request: [`Outcome::Held`]).
+//!    I/O tagged with the runtime's tag ([`Outcome::Pending`]), or hold it
+//!    (Asynchronous Event Request: [`Outcome::Held`]). A successful Connect installs
+//!    the queue ([`QueueCtx::install`]).
 //! 4. backend completions come back through [`ExecCtx::poll_backends`] and
 //!    [`io_done`]; when it returns true the request is complete.
-//! 5. the transport sends controller-to-host data and the response built by
-//!    [`QueueCtx::fill_cqe`], then recycles the slot. Every request completes once.
+//! 5. the fabric sends controller-to-host data and the response built by
+//!    [`QueueCtx::fill_cqe`]; the slot is recycled. Every request completes once.
+
+#![forbid(unsafe_code)]
 
 mod admin;
 mod discovery;

@@ -27,10 +27,10 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use tracing::info;
 
-use nvmf_common::verbs::{Device, ProtectionDomain, VerbsError};
+use nvmf_common::verbs::{CompletionQueue, Device, ProtectionDomain, VerbsError};
 
 use crate::params::PortInfo;
-use crate::runtime::{PortError, PortServer};
+use crate::runtime::{PollGroups, PortError, PortServer};
 use crate::target::Target;
 
 /// Kinds of work requests, encoded in `wr_id`.
@@ -67,10 +67,7 @@ pub fn listen_addr(port: &PortInfo) -> String {
 
 /// A running NVMe/RDMA service: listeners and poll groups. Dropping it stops them.
 pub struct RdmaServer {
-    stop: Arc<AtomicBool>,
-    /// Poll group threads.
-    threads: Vec<JoinHandle<()>>,
-    groups: Vec<poll_group::GroupHandle>,
+    groups: PollGroups<poll_group::NewQueue, Arc<dyn CompletionQueue>>,
     target: Arc<Target>,
     device: Arc<dyn Device>,
     pd: Arc<dyn ProtectionDomain>,
@@ -106,25 +103,18 @@ impl RdmaServer {
             fabric: "NVMe/RDMA",
             reason: e.to_string(),
         };
-        let stop = Arc::new(AtomicBool::new(false));
         let pd: Arc<dyn ProtectionDomain> = device.alloc_pd().map_err(failed)?;
-        let mut server = RdmaServer {
-            stop: stop.clone(),
-            threads: Vec::new(),
-            groups: Vec::new(),
+        let groups = PollGroups::start(target.params.poll_groups, |i, stop| {
+            poll_group::spawn(i, target.clone(), device.clone(), pd.clone(), stop)
+        })
+        .map_err(failed)?;
+        let server = RdmaServer {
+            groups,
             target: target.clone(),
             device: device.clone(),
-            pd: pd.clone(),
+            pd,
             listeners: Mutex::new(Vec::new()),
         };
-        for i in 0..target.params.poll_groups.max(1) {
-            // On error, dropping `server` stops the groups already started.
-            let (handle, thread) =
-                poll_group::spawn(i, target.clone(), device.clone(), pd.clone(), stop.clone())
-                    .map_err(failed)?;
-            server.groups.push(handle);
-            server.threads.push(thread);
-        }
         for port in ports {
             server.add_port(port)?;
         }
@@ -154,13 +144,7 @@ impl RdmaServer {
         for l in self.listeners.get_mut().drain(..) {
             l.stop();
         }
-        self.stop.store(true, Ordering::Release);
-        for g in &self.groups {
-            g.wake();
-        }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        self.groups.stop();
     }
 }
 
@@ -186,7 +170,7 @@ impl PortServer for RdmaServer {
             self.target.clone(),
             port.clone(),
             self.pd.clone(),
-            self.groups.clone(),
+            self.groups.handles().to_vec(),
             stop.clone(),
         );
         ls.push(PortListener {
@@ -223,11 +207,7 @@ impl PortServer for RdmaServer {
     }
 
     fn counters(&self) -> poll_group::GroupCounters {
-        let mut t = poll_group::GroupCounters::default();
-        for g in &self.groups {
-            t.add(&g.stats.snapshot());
-        }
-        t
+        self.groups.counters()
     }
 }
 

@@ -30,6 +30,7 @@
 //! doorbell per queue.
 
 pub mod group;
+pub mod groups;
 pub mod mailbox;
 pub mod pool;
 pub mod ports;
@@ -42,6 +43,7 @@ use std::time::Instant;
 use nix::sys::epoll::EpollFlags;
 
 pub use group::{spawn, Runtime, Wait};
+pub use groups::PollGroups;
 pub use mailbox::GroupHandle;
 pub use pool::{BufferPool, PoolBuf};
 pub use ports::{PortError, PortServer};

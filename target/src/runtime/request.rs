@@ -127,6 +127,12 @@ impl InCapsule<'_> {
     }
 }
 
+/// Queue `qi` of `queues` (a field-level borrow, so the runtime's other fields stay
+/// usable beside it).
+fn queue_at<T: Transport>(queues: &mut [Option<Queue<T>>], qi: u16) -> Option<&mut Queue<T>> {
+    queues.get_mut(usize::from(qi)).and_then(Option::as_mut)
+}
+
 impl<T: Transport> Runtime<T> {
     /// Adds a queue with `slots` command slots; returns its index.
     pub fn add_queue(&mut self, ctx: QueueCtx, slots: u16, tq: T::Queue) -> Option<u16> {
@@ -164,9 +170,7 @@ impl<T: Transport> Runtime<T> {
     }
 
     pub fn queue_mut(&mut self, qi: u16) -> Option<&mut Queue<T>> {
-        self.queues
-            .get_mut(usize::from(qi))
-            .and_then(Option::as_mut)
+        queue_at(&mut self.queues, qi)
     }
 
     /// Live (not ended) queue `qi` of generation `gen`.
@@ -224,11 +228,7 @@ impl<T: Transport> Runtime<T> {
         let draining = self.draining();
         let icd_slot = self.icd_slot;
         let target = self.target.clone();
-        let Some(q) = self
-            .queues
-            .get_mut(usize::from(qi))
-            .and_then(Option::as_mut)
-        else {
+        let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
         if q.dead {
@@ -330,11 +330,7 @@ impl<T: Transport> Runtime<T> {
     /// executes. Without a buffer the command waits, first in line.
     fn start_data(&mut self, t: &mut T, qi: u16, si: u16) {
         let max_io = self.target.params.max_io_size;
-        let Some(q) = self
-            .queues
-            .get_mut(usize::from(qi))
-            .and_then(Option::as_mut)
-        else {
+        let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
         let gen = q.gen;
@@ -412,11 +408,7 @@ impl<T: Transport> Runtime<T> {
     }
 
     fn execute(&mut self, t: &mut T, qi: u16, si: u16) {
-        let Some(q) = self
-            .queues
-            .get_mut(usize::from(qi))
-            .and_then(Option::as_mut)
-        else {
+        let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
         let tg = tag(q.gen, qi, si);
@@ -509,11 +501,7 @@ impl<T: Transport> Runtime<T> {
 
     /// Returns a slot and its buffer; a live queue's transport reuses the slot.
     fn release_slot(&mut self, t: &mut T, qi: u16, si: u16) {
-        let Some(q) = self
-            .queues
-            .get_mut(usize::from(qi))
-            .and_then(Option::as_mut)
-        else {
+        let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
         let dead = q.dead;

@@ -52,7 +52,7 @@ use nvmf_common::config::TcpConfig;
 use nvmf_common::transport::tcp::ControllerConfig;
 
 use crate::params::PortInfo;
-use crate::runtime::{PortError, PortServer};
+use crate::runtime::{PollGroups, PortError, PortServer};
 use crate::target::Target;
 
 pub use poll_group::{GroupCounters, GroupHandle};
@@ -138,9 +138,10 @@ pub fn listen_addr(port: &PortInfo) -> Result<SocketAddr, PortError> {
 /// A running NVMe/TCP service: a listener thread and poll groups. Dropping it stops
 /// them.
 pub struct TcpServer {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-    groups: Vec<GroupHandle>,
+    groups: PollGroups<poll_group::NewConn, ()>,
+    /// The listener thread and its stop flag (it stops before the groups).
+    listener: Option<JoinHandle<()>>,
+    listener_stop: Arc<AtomicBool>,
     listener_wake: Arc<EventFd>,
     /// Bound address of each port, by port id, in the order the ports were added.
     addrs: Mutex<Vec<(u16, SocketAddr)>>,
@@ -199,25 +200,14 @@ impl TcpServer {
         }
         let (ctl_tx, ctl_rx) = channel();
 
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut server = TcpServer {
-            stop: stop.clone(),
-            threads: Vec::new(),
-            groups: Vec::new(),
-            listener_wake: listener_wake.clone(),
-            addrs: Mutex::new(addrs),
-            listen_ctl: ctl_tx,
-        };
-        for i in 0..target.params.poll_groups.max(1) {
-            // On error, dropping `server` stops the groups already started.
-            let (handle, thread) =
-                poll_group::spawn(i, target.clone(), cfg, opts.clone(), stop.clone())
-                    .map_err(|e| start_error(e.to_string()))?;
-            server.groups.push(handle);
-            server.threads.push(thread);
-        }
-        let groups = server.groups.clone();
-        let wake = listener_wake;
+        let groups = PollGroups::start(target.params.poll_groups, |i, stop| {
+            poll_group::spawn(i, target.clone(), cfg, opts.clone(), stop)
+        })
+        .map_err(|e| start_error(e.to_string()))?;
+        let handles = groups.handles().to_vec();
+        let listener_stop = Arc::new(AtomicBool::new(false));
+        let stop = listener_stop.clone();
+        let wake = listener_wake.clone();
         let t = std::thread::Builder::new()
             .name("nvmf-tcp-listen".into())
             .spawn(move || {
@@ -228,13 +218,19 @@ impl TcpServer {
                         open: listeners,
                         ctl: ctl_rx,
                     },
-                    groups,
+                    handles,
                     stop,
                 )
             })
             .map_err(|e| start_error(e.to_string()))?;
-        server.threads.push(t);
-        Ok(server)
+        Ok(TcpServer {
+            groups,
+            listener: Some(t),
+            listener_stop,
+            listener_wake,
+            addrs: Mutex::new(addrs),
+            listen_ctl: ctl_tx,
+        })
     }
 
     /// The addresses the listeners are bound to, in port order (the real port numbers
@@ -263,14 +259,13 @@ impl TcpServer {
     }
 
     fn stop_threads(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        // No new connections first, then the groups drain.
+        self.listener_stop.store(true, Ordering::Release);
         let _ = self.listener_wake.write(1);
-        for g in &self.groups {
-            g.wake();
-        }
-        for t in self.threads.drain(..) {
+        if let Some(t) = self.listener.take() {
             let _ = t.join();
         }
+        self.groups.stop();
     }
 }
 
@@ -316,11 +311,7 @@ impl PortServer for TcpServer {
     }
 
     fn counters(&self) -> GroupCounters {
-        let mut t = GroupCounters::default();
-        for g in &self.groups {
-            t.add(&g.stats.snapshot());
-        }
-        t
+        self.groups.counters()
     }
 }
 

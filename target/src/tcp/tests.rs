@@ -1534,6 +1534,7 @@ fn interrupt_poll_and_several_groups() {
             let per: Vec<u64> = s
                 .tcp
                 .groups
+                .handles()
                 .iter()
                 .map(|g| g.stats.snapshot().accepted)
                 .collect();
