@@ -76,7 +76,7 @@ const OUT_COMPACT: usize = 1024 * 1024;
 const TERM_SEND_TIMEOUT: Duration = Duration::from_millis(100);
 /// The status a command gets when its read data failed the data digest (Linux
 /// `NVME_SC_DATA_XFER_ERROR`).
-pub const DATA_DIGEST_STATUS: Status = Status::generic(generic::DATA_TRANSFER_ERROR);
+pub const DATA_DIGEST_STATUS: Status = Status::generic_dnr(generic::DATA_TRANSFER_ERROR);
 
 /// NVMe/TCP connection options (nvme-cli `--hdr-digest`, `--data-digest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1160,7 +1160,7 @@ fn queue_layer_over_tcp() {
         c.c2h(cb, 0, &d2, true, true);
         c.c2h(ca, 0, &d2[..2048], false, false);
         c.c2h(ca, 2048, &d2[2048..], true, false);
-        c.resp(ca, Status::generic(generic::INVALID_FIELD), 0);
+        c.resp(ca, Status::generic_dnr(generic::INVALID_FIELD), 0);
         assert_eq!(c.recv(), Got::Eof);
     });
     let fabric: Arc<dyn Fabric> = Arc::new(TcpFabric::new(addr, TcpOptions::default()));
