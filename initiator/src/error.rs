@@ -86,13 +86,13 @@ mod tests {
 
     #[test]
     fn status_accessor() {
-        let e = Error::nvme("Identify", Status::generic(generic::INVALID_FIELD));
+        let e = Error::nvme("Identify", Status::generic_dnr(generic::INVALID_FIELD));
         let s = e.status();
         assert!(s.is_some_and(|s| s.is(Sct::Generic, generic::INVALID_FIELD)));
         assert!(e.to_string().contains("Identify failed"));
         assert!(Error::QueueFull.status().is_none());
         assert!(check_status("x", Status::SUCCESS).is_ok());
-        assert!(check_status("x", Status::generic(generic::INTERNAL_ERROR)).is_err());
+        assert!(check_status("x", Status::generic_dnr(generic::INTERNAL_ERROR)).is_err());
         assert!(Error::Timeout("x".into()).is_fatal());
         assert!(!Error::QueueFull.is_fatal());
     }

@@ -39,7 +39,7 @@ use crate::transport::{DataDir, HostQueue, IoBuf};
 pub const HOST_ABORTED_CMD: u8 = nvmf_common::wire::status::path::COMMAND_ABORTED_BY_HOST;
 
 /// The status a command gets when the host gives up on it (see the module docs).
-pub const TIMEOUT_STATUS: Status = Status::new(Sct::PathRelated, HOST_ABORTED_CMD).dnr();
+pub const TIMEOUT_STATUS: Status = Status::dnr(Sct::PathRelated, HOST_ABORTED_CMD);
 
 /// Polls of the transport before [`Queue::execute`] blocks in `wait`: a response on a
 /// fast fabric arrives within microseconds, and sleeping costs more than spinning.
@@ -619,7 +619,7 @@ mod tests {
         h.complete(0, Status::SUCCESS, 1);
         h.set_auto_reply(true);
         h.set_reply(Reply {
-            status: Status::generic(generic::INVALID_FIELD),
+            status: Status::generic_dnr(generic::INVALID_FIELD),
             dw0: 0x55,
             dw1: 0,
         });

@@ -440,10 +440,10 @@ pub mod fake_target {
                 if b.write_at(0, &bytes[..n]) {
                     ok(0)
                 } else {
-                    fail(Status::generic(generic::DATA_TRANSFER_ERROR))
+                    fail(Status::generic_dnr(generic::DATA_TRANSFER_ERROR))
                 }
             }
-            None => fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID)),
+            None => fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID)),
         }
     }
 
@@ -478,7 +478,7 @@ pub mod fake_target {
                 let c = ConnectCmd::new_unchecked(&sqe[..]);
                 let mut raw = vec![0u8; 1024];
                 if !data.is_some_and(|b| b.read_at(0, &mut raw)) {
-                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                    return fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID));
                 }
                 let d = ConnectData::new_unchecked(&raw[..]);
                 st.log
@@ -515,7 +515,7 @@ pub mod fake_target {
                     reg::VS => u64::from(NVME_VS_1_3),
                     reg::CC => u64::from(st.cc.0),
                     reg::CSTS => u64::from(st.csts.0),
-                    _ => return fail(Status::generic(generic::INVALID_FIELD)),
+                    _ => return fail(Status::generic_dnr(generic::INVALID_FIELD)),
                 };
                 Reply {
                     status: Status::SUCCESS,
@@ -543,7 +543,7 @@ pub mod fake_target {
                 st.log.push(format!("disconnect qid {qid}"));
                 ok(0)
             }
-            _ => fail(Status::generic(generic::INVALID_OPCODE)),
+            _ => fail(Status::generic_dnr(generic::INVALID_OPCODE)),
         }
     }
 
@@ -620,7 +620,7 @@ pub mod fake_target {
                     }
                     cns::NAMESPACE => {
                         let Some(ns) = cfg.namespaces.iter().find(|n| n.nsid == s.nsid()) else {
-                            return fail(Status::generic(generic::INVALID_NAMESPACE));
+                            return fail(Status::generic_dnr(generic::INVALID_NAMESPACE));
                         };
                         let mut id = IdentifyNamespace::new_unchecked(&mut page[..]);
                         id.set_nsze(ns.nsze);
@@ -631,11 +631,11 @@ pub mod fake_target {
                     }
                     cns::NS_ID_DESCRIPTOR_LIST => {
                         if s.nsid() != 1 {
-                            return fail(Status::generic(generic::INVALID_FIELD));
+                            return fail(Status::generic_dnr(generic::INVALID_FIELD));
                         }
                         write_ns_id_descriptors(&mut page, &[NsIdDescriptor::Uuid([0x11; 16])]);
                     }
-                    _ => return fail(Status::generic(generic::INVALID_FIELD)),
+                    _ => return fail(Status::generic_dnr(generic::INVALID_FIELD)),
                 }
                 put(data, &page)
             }
@@ -657,7 +657,7 @@ pub mod fake_target {
                 let len = admin::log_len_bytes(&s) as usize;
                 st.log.push(format!("get_log {l:#x} off {off} len {len}"));
                 if data.is_none_or(|b| b.len != len) {
-                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                    return fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID));
                 }
                 let bytes: Vec<u8> = match l {
                     lid::DISCOVERY => {
@@ -681,7 +681,7 @@ pub mod fake_target {
                 st.log.push("keep_alive".into());
                 ok(0)
             }
-            _ => fail(Status::generic(generic::INVALID_OPCODE)),
+            _ => fail(Status::generic_dnr(generic::INVALID_OPCODE)),
         }
     }
 
@@ -700,12 +700,12 @@ pub mod fake_target {
             if s.opcode() == nvm_op::FLUSH && s.nsid() == u32::MAX {
                 return ok(0);
             }
-            return fail(Status::generic(generic::INVALID_NAMESPACE));
+            return fail(Status::generic_dnr(generic::INVALID_NAMESPACE));
         };
         let ns = cfg.namespaces[i];
         let bs = 1usize << ns.ds;
         let Some(store) = st.data.get_mut(i) else {
-            return fail(Status::generic(generic::INTERNAL_ERROR));
+            return fail(Status::generic_dnr(generic::INTERNAL_ERROR));
         };
         let slba = nvm::rw_slba(&s);
         let nlb = u64::from(nvm::rw_nlb(&s));
@@ -716,7 +716,7 @@ pub mod fake_target {
             nvm_op::FLUSH => ok(0),
             nvm_op::READ | nvm_op::WRITE | nvm_op::COMPARE | nvm_op::WRITE_ZEROES => {
                 if !in_range {
-                    return fail(Status::generic(generic::LBA_OUT_OF_RANGE));
+                    return fail(Status::generic_dnr(generic::LBA_OUT_OF_RANGE));
                 }
                 let region = &mut store[at..at + len];
                 match s.opcode() {
@@ -725,12 +725,12 @@ pub mod fake_target {
                         return ok(0);
                     }
                     _ if data.is_none_or(|b| b.len != len) => {
-                        return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                        return fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID));
                     }
                     _ => {}
                 }
                 let Some(b) = data else {
-                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                    return fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID));
                 };
                 match s.opcode() {
                     nvm_op::READ => put(Some(b), region),
@@ -738,7 +738,7 @@ pub mod fake_target {
                         if b.read_at(0, region) {
                             ok(0)
                         } else {
-                            fail(Status::generic(generic::DATA_TRANSFER_ERROR))
+                            fail(Status::generic_dnr(generic::DATA_TRANSFER_ERROR))
                         }
                     }
                     _ => {
@@ -757,12 +757,12 @@ pub mod fake_target {
                 let nr = nvm::dsm_nr(&s) as usize;
                 let mut raw = vec![0u8; nr * nvm::DSM_RANGE_LEN];
                 if !data.is_some_and(|b| b.read_at(0, &mut raw)) {
-                    return fail(Status::generic(generic::DATA_SGL_LENGTH_INVALID));
+                    return fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID));
                 }
                 for r in nvm::dsm_ranges(&raw, nr) {
                     let end = r.slba().checked_add(u64::from(r.nlb()));
                     if end.is_none_or(|e| e > ns.nsze) {
-                        return fail(Status::generic(generic::LBA_OUT_OF_RANGE));
+                        return fail(Status::generic_dnr(generic::LBA_OUT_OF_RANGE));
                     }
                     let a = r.slba() as usize * bs;
                     store[a..a + r.nlb() as usize * bs].fill(0);
@@ -770,7 +770,7 @@ pub mod fake_target {
                 st.log.push(format!("dsm {nr}"));
                 ok(0)
             }
-            _ => fail(Status::generic(generic::INVALID_OPCODE)),
+            _ => fail(Status::generic_dnr(generic::INVALID_OPCODE)),
         }
     }
 }

@@ -155,7 +155,7 @@ mod tests {
         // Status setter keeps phase; phase setter keeps status.
         c.set_status(Status::SUCCESS);
         assert_eq!(c.status_raw(), 1);
-        c.set_status(Status::generic(generic::INVALID_FIELD));
+        c.set_status(Status::generic_dnr(generic::INVALID_FIELD));
         c.set_phase(false);
         assert_eq!(c.status_raw(), 0x4002 << 1);
         c.set_result_u64(u64::MAX);

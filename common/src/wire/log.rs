@@ -672,7 +672,7 @@ mod tests {
         e.set_error_count(0x0102_0304_0506_0708);
         e.set_sqid(1);
         e.set_cmdid(0xBEEF);
-        e.set_status(Status::generic(generic::INVALID_FIELD).at(44, 3), true);
+        e.set_status(Status::generic_dnr(generic::INVALID_FIELD).at(44, 3), true);
         e.set_lba(0x10);
         e.set_nsid(5);
         e.set_vs(0);

@@ -8,6 +8,8 @@
 //! setters when the buffer is mutable. Getters never panic: on a buffer too short
 //! for a field they return 0 (or an empty slice); setters on a short buffer do nothing.
 
+#![forbid(unsafe_code)]
+
 use core::ops::Range;
 
 pub mod admin;

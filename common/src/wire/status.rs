@@ -175,44 +175,51 @@ const MORE_BIT: u16 = 1 << 13;
 const DNR_BIT: u16 = 1 << 14;
 
 impl Status {
-    pub const SUCCESS: Status = Status::new(Sct::Generic, generic::SUCCESS);
+    /// Successful completion (DNR clear).
+    pub const SUCCESS: Status = Status::build(Sct::Generic, generic::SUCCESS, false);
 
-    pub const fn new(sct: Sct, sc: u8) -> Status {
+    /// The one place a status is assembled; every public constructor says what DNR is.
+    const fn build(sct: Sct, sc: u8, dnr: bool) -> Status {
         Status {
             sct,
             sc,
             crd: 0,
             more: false,
-            dnr: false,
+            dnr,
             location: None,
         }
     }
 
-    /// A generic status with DNR set (the usual case for a malformed command).
-    pub const fn generic(sc: u8) -> Status {
-        Status::new(Sct::Generic, sc).dnr()
+    /// A status with Do Not Retry set: the same command would fail again (a malformed
+    /// or unsupported command, a permanent condition), so the host must not retry it.
+    pub const fn dnr(sct: Sct, sc: u8) -> Status {
+        Status::build(sct, sc, true)
+    }
+
+    /// A status with Do Not Retry clear: the condition may be transient, so the host
+    /// may retry the command (here or on another path).
+    pub const fn retryable(sct: Sct, sc: u8) -> Status {
+        Status::build(sct, sc, false)
+    }
+
+    /// A generic status (SCT 0) with Do Not Retry set; see [`Status::dnr`].
+    pub const fn generic_dnr(sc: u8) -> Status {
+        Status::dnr(Sct::Generic, sc)
+    }
+
+    /// A generic status (SCT 0) with Do Not Retry clear; see [`Status::retryable`].
+    pub const fn generic_retryable(sc: u8) -> Status {
+        Status::retryable(Sct::Generic, sc)
     }
 
     /// A command-specific status with DNR set.
     pub const fn cmd_specific(sc: u8) -> Status {
-        Status::new(Sct::CommandSpecific, sc).dnr()
+        Status::dnr(Sct::CommandSpecific, sc)
     }
 
-    /// A media error status.
+    /// A media error status (DNR clear).
     pub const fn media(sc: u8) -> Status {
-        Status::new(Sct::MediaError, sc)
-    }
-
-    /// Sets Do Not Retry.
-    pub const fn dnr(mut self) -> Status {
-        self.dnr = true;
-        self
-    }
-
-    /// Clears Do Not Retry (for transient conditions the host may retry).
-    pub const fn retryable(mut self) -> Status {
-        self.dnr = false;
-        self
+        Status::retryable(Sct::MediaError, sc)
     }
 
     /// Records the byte (and bit) of the command that caused the error.
@@ -334,7 +341,10 @@ mod tests {
     fn field_layout_matches_linux() {
         // Linux NVME_SC_DNR = 0x4000, NVME_SC_INVALID_FIELD = 0x2,
         // NVME_SC_CONNECT_INVALID_HOST = 0x184, NVME_SC_LBA_RANGE = 0x80.
-        assert_eq!(Status::generic(generic::INVALID_FIELD).to_field(), 0x4002);
+        assert_eq!(
+            Status::generic_dnr(generic::INVALID_FIELD).to_field(),
+            0x4002
+        );
         assert_eq!(
             Status::cmd_specific(cmd_specific::CONNECT_INVALID_HOST).to_field(),
             0x4184
@@ -347,6 +357,34 @@ mod tests {
             Status::from_field(Status::SUCCESS.to_field()),
             Status::SUCCESS
         );
+    }
+
+    #[test]
+    fn constructors_state_dnr() {
+        let s = Status::dnr(Sct::Generic, generic::INVALID_FIELD);
+        assert!(s.dnr);
+        assert_eq!(s.to_field(), 0x4002);
+        let s = Status::retryable(Sct::Generic, generic::NS_NOT_READY);
+        assert!(!s.dnr);
+        assert_eq!(s.to_field(), 0x0082);
+        assert_eq!(
+            Status::generic_dnr(generic::INVALID_OPCODE),
+            Status::dnr(Sct::Generic, generic::INVALID_OPCODE)
+        );
+        assert_eq!(
+            Status::generic_retryable(generic::INTERNAL_ERROR),
+            Status::retryable(Sct::Generic, generic::INTERNAL_ERROR)
+        );
+        assert!(Status::generic_dnr(generic::INTERNAL_ERROR).dnr);
+        assert!(!Status::generic_retryable(generic::INTERNAL_ERROR).dnr);
+        assert_eq!(Status::SUCCESS.to_field(), 0, "success has DNR clear");
+        // A status read from the wire keeps the DNR bit it carried, both ways.
+        assert!(Status::from_field(0x4002).dnr);
+        assert!(!Status::from_field(0x0002).dnr);
+        let s = Status::retryable(Sct::PathRelated, path::COMMAND_ABORTED_BY_HOST);
+        assert_eq!(Status::from_field(s.to_field()), s);
+        let s = Status::dnr(Sct::MediaError, media::WRITE_FAULT);
+        assert_eq!(Status::from_field(s.to_field()), s);
     }
 
     #[test]

@@ -430,15 +430,15 @@ mod tests {
     #[test]
     fn errno_mapping() {
         assert_eq!(
-            nbd_errno(Status::generic(generic::NS_WRITE_PROTECTED)),
+            nbd_errno(Status::generic_dnr(generic::NS_WRITE_PROTECTED)),
             errno::EPERM
         );
         assert_eq!(
-            nbd_errno(Status::generic(generic::CAPACITY_EXCEEDED)),
+            nbd_errno(Status::generic_dnr(generic::CAPACITY_EXCEEDED)),
             errno::ENOSPC
         );
         assert_eq!(
-            nbd_errno(Status::generic(generic::INVALID_OPCODE)),
+            nbd_errno(Status::generic_dnr(generic::INVALID_OPCODE)),
             errno::ENOTSUP
         );
         assert_eq!(

@@ -110,7 +110,7 @@ fn mixed_ranges_with_verify() {
 fn io_errors_are_reported() {
     let (_t, c, mut qs) = setup(
         FakeTargetConfig {
-            io_error: Some(Status::generic(generic::INTERNAL_ERROR)),
+            io_error: Some(Status::generic_dnr(generic::INTERNAL_ERROR)),
             ..Default::default()
         },
         1,

@@ -119,18 +119,12 @@ impl BackendError {
             BackendError::WriteIo(_) | BackendError::Short { .. } => {
                 Status::media(media::WRITE_FAULT)
             }
-            BackendError::Io(_) => Status::new(
-                nvmf_common::wire::status::Sct::Generic,
-                generic::INTERNAL_ERROR,
-            ),
-            BackendError::NoSpace => Status::generic(generic::CAPACITY_EXCEEDED),
-            BackendError::OutOfRange => Status::generic(generic::LBA_OUT_OF_RANGE),
-            BackendError::Unsupported => Status::generic(generic::INVALID_OPCODE),
+            BackendError::Io(_) => Status::generic_retryable(generic::INTERNAL_ERROR),
+            BackendError::NoSpace => Status::generic_dnr(generic::CAPACITY_EXCEEDED),
+            BackendError::OutOfRange => Status::generic_dnr(generic::LBA_OUT_OF_RANGE),
+            BackendError::Unsupported => Status::generic_dnr(generic::INVALID_OPCODE),
             // Transient: the host may retry.
-            BackendError::Busy => Status::new(
-                nvmf_common::wire::status::Sct::Generic,
-                generic::NS_NOT_READY,
-            ),
+            BackendError::Busy => Status::generic_retryable(generic::NS_NOT_READY),
         }
     }
 }

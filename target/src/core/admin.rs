@@ -36,11 +36,11 @@ const FEAT_CAP_CHANGEABLE: u32 = 1 << 2;
 const WCE: u32 = 1 << 0;
 
 fn cdw10_invalid() -> Status {
-    Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0)
+    Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0)
 }
 
 fn invalid_opcode() -> Status {
-    Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)
+    Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)
 }
 
 fn to_host(len: u32) -> Plan {
@@ -138,7 +138,9 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
         cns::CONTROLLER => identify::controller(ctrl, &ex.target, &mut page),
         cns::NAMESPACE => {
             if nsid == 0 || (nsid > ctrl.max_nsid() && nsid != Nsid::BROADCAST.0) {
-                return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+                return Err(
+                    Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0)
+                );
             }
             // An inactive NSID reads back as zeroes.
             if let Some(ns) = ctrl.subsys.namespace(Nsid(nsid)) {
@@ -147,7 +149,9 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
         }
         cns::ACTIVE_NS_LIST => {
             if nsid >= Nsid::BROADCAST.0 - 1 {
-                return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+                return Err(
+                    Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0)
+                );
             }
             let ids = ctrl.subsys.active_nsids();
             nvmf_common::wire::identify::write_active_ns_list(
@@ -163,7 +167,7 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
             // NVM command set (CSI 0): the I/O command set specific structures are all
             // zero for a controller without PI, ZNS or extended LBA formats.
             if admin::identify_csi(&cmd) != 0 {
-                return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW11, 24));
+                return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW11, 24));
             }
             if cns_v == cns::CS_NAMESPACE {
                 super::find_ns(ctrl, nsid)?;
@@ -183,7 +187,7 @@ pub(super) fn serve_log(req: &mut Request, log: &[u8]) -> Result<(), Status> {
     let cmd = req.cmd();
     let offset = admin::log_offset(&cmd);
     if !offset.is_multiple_of(4) || offset > log.len() as u64 {
-        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW12, 0));
+        return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW12, 0));
     }
     let start = offset as usize;
     let want = req.plan.len as usize;
@@ -304,7 +308,7 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
         fid::NUMBER_OF_QUEUES if !ctrl.subsys.is_discovery() => {
             let (nsqr, ncqr) = num_queues_decode(cdw11);
             if nsqr == u16::MAX || ncqr == u16::MAX {
-                return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW11, 0));
+                return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW11, 0));
             }
             let want = nsqr.min(ncqr).saturating_add(1);
             let n = ctrl.grant_io_queues(want);
@@ -325,14 +329,14 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
             let wce = cdw11 & WCE != 0;
             if wce && !ctrl.volatile_write_cache_present() {
                 // No cache to enable (Identify Controller VWC bit 0 is clear).
-                return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW11, 0));
+                return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW11, 0));
             }
             ctrl.set_volatile_write_cache(wce);
             Ok(())
         }
         fid::HOST_IDENTIFIER => {
             // On fabrics the host identifier is set by Connect (as in nvmet).
-            Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR))
+            Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR))
         }
         other => {
             debug!(fid = other, "Set Features of an unsupported feature");
@@ -368,7 +372,7 @@ pub(super) fn get_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
         return Ok(());
     }
     if select > sel::SUPPORTED {
-        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 8));
+        return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 8));
     }
     let default = select == sel::DEFAULT;
     req.dw0 = match f {

@@ -39,7 +39,7 @@ pub(super) fn parse(_ctrl: &Controller, req: &Request) -> Result<Plan, Status> {
                     fid = other,
                     "feature not supported on a discovery controller"
                 );
-                Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0))
+                Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0))
             }
         },
         opcode::KEEP_ALIVE | opcode::ASYNC_EVENT_REQUEST => Ok(Plan::NONE),
@@ -48,7 +48,7 @@ pub(super) fn parse(_ctrl: &Controller, req: &Request) -> Result<Plan, Status> {
                 opcode = other,
                 "opcode not supported on a discovery controller"
             );
-            Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0))
+            Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0))
         }
     }
 }
@@ -63,7 +63,7 @@ pub(super) fn execute(
     let r = match req.opcode() {
         opcode::IDENTIFY => {
             if admin::identify_cns(&req.cmd()) != cns::CONTROLLER {
-                Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0))
+                Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0))
             } else {
                 let mut page = vec![0u8; IDENTIFY_LEN];
                 identify::controller(ctrl, &ex.target, &mut page);
@@ -86,7 +86,7 @@ pub(super) fn execute(
         opcode::GET_FEATURES => nvm_admin::get_features(ctrl, req),
         opcode::KEEP_ALIVE => Ok(()),
         opcode::ASYNC_EVENT_REQUEST => return nvm_admin::hold_aer(q, req, tag),
-        _ => Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)),
+        _ => Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)),
     };
     if let Err(s) = r {
         req.fail(s);

@@ -13,7 +13,7 @@ use nvmf_common::wire::fabrics::{
     CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
 };
 use nvmf_common::wire::sqe;
-use nvmf_common::wire::status::{cmd_specific, generic, Sct, Status};
+use nvmf_common::wire::status::{cmd_specific, generic, Status};
 
 use super::{DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
 use crate::controller::{Controller, QueueClaimError};
@@ -34,7 +34,7 @@ pub(super) fn parse_connect(req: &Request) -> Result<Plan, Status> {
             opcode = cmd.opcode(),
             "command other than Connect on an unconnected queue"
         );
-        return Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
+        return Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
     }
     Ok(Plan {
         dir: DataDir::HostToCtrl,
@@ -48,13 +48,13 @@ pub(super) fn parse(q: &QueueCtx, req: &Request) -> Result<Plan, Status> {
     match cmd.fctype() {
         fctype::CONNECT => {
             warn!(qid = %q.qid, "Connect on an already connected queue");
-            Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR).at(FCTYPE_OFFSET, 0))
+            Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR).at(FCTYPE_OFFSET, 0))
         }
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid.is_admin() => Ok(Plan::NONE),
         fctype::DISCONNECT => Ok(Plan::NONE),
         other => {
             warn!(qid = %q.qid, fctype = other, "unsupported fabrics command type");
-            Err(Status::generic(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0))
+            Err(Status::generic_dnr(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0))
         }
     }
 }
@@ -73,7 +73,7 @@ pub(super) fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> 
             q.disconnect = true;
             Ok(())
         }
-        _ => Err(Status::generic(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0)),
+        _ => Err(Status::generic_dnr(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0)),
     };
     if let Err(s) = result {
         req.fail(s);
@@ -105,7 +105,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     }
     let mut data = vec![0u8; CONNECT_DATA_LEN];
     if !req.read_data(0, &mut data) {
-        return Err(Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
+        return Err(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
     }
     let d = ConnectData::new_unchecked(&data[..]);
     let subnqn = match Nqn::from_wire(d.subsysnqn_field()) {
@@ -186,7 +186,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     };
     if !ctrl.is_ready() {
         warn!(%subnqn, %cntlid, qid, "I/O Connect before the controller is enabled");
-        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+        return Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
     }
     if sqsize == 0 || u32::from(sqsize) >= u32::from(params.max_queue_size) {
         warn!(%subnqn, %cntlid, qid, sqsize, "I/O Connect with invalid queue size");
@@ -200,7 +200,9 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         }
         Err(QueueClaimError::AlreadyConnected) => {
             warn!(%subnqn, %cntlid, qid, "I/O queue already connected");
-            return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR).at(connect_offset::QID, 0));
+            return Err(
+                Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR).at(connect_offset::QID, 0)
+            );
         }
     }
     tracing::debug!(%subnqn, %cntlid, qid, sqsize, "I/O queue connected");
@@ -221,7 +223,7 @@ pub(crate) fn cap_value(max_queue_size: u16) -> u64 {
 
 fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
     let Some(ctrl) = q.ctrl.clone() else {
-        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+        return Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
     };
     let (attrib, offset) = {
         let p = PropertyGet::new_unchecked(&req.sqe[..]);
@@ -233,11 +235,11 @@ fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
         (reg::CC, PROP_SIZE_4) => u64::from(ctrl.cc().0),
         (reg::CSTS, PROP_SIZE_4) => u64::from(ctrl.csts().0),
         (reg::CAP | reg::VS | reg::CC | reg::CSTS, _) => {
-            return Err(Status::generic(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0))
+            return Err(Status::generic_dnr(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0))
         }
         _ => {
             warn!(offset, "Property Get of an unsupported register");
-            return Err(Status::generic(generic::INVALID_FIELD).at(PROP_OFFSET_OFFSET, 0));
+            return Err(Status::generic_dnr(generic::INVALID_FIELD).at(PROP_OFFSET_OFFSET, 0));
         }
     };
     req.dw0 = value as u32;
@@ -247,7 +249,7 @@ fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
 
 fn property_set(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
     let Some(ctrl) = q.ctrl.clone() else {
-        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+        return Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
     };
     let (attrib, offset, value) = {
         let p = PropertySet::new_unchecked(&req.sqe[..]);
@@ -262,15 +264,13 @@ fn property_set(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
                 Err(st)
             }
         }
-        (reg::CC, _) => Err(Status::generic(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0)),
+        (reg::CC, _) => Err(Status::generic_dnr(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0)),
         _ => {
             warn!(
                 offset,
                 "Property Set of a read-only or unsupported register"
             );
-            Err(Status::new(Sct::Generic, generic::INVALID_FIELD)
-                .dnr()
-                .at(PROP_OFFSET_OFFSET, 0))
+            Err(Status::generic_dnr(generic::INVALID_FIELD).at(PROP_OFFSET_OFFSET, 0))
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::controller::Controller;
 use crate::subsystem::Namespace;
 
 fn lba_out_of_range() -> Status {
-    Status::generic(generic::LBA_OUT_OF_RANGE).at(nvm::offset::SLBA, 0)
+    Status::generic_dnr(generic::LBA_OUT_OF_RANGE).at(nvm::offset::SLBA, 0)
 }
 
 /// Checks `[slba, slba + nlb)` against the namespace and returns (offset, length) in bytes.
@@ -45,7 +45,7 @@ pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status
             let (_, len) = byte_range(&ns, nvm::rw_slba(&cmd), u64::from(nvm::rw_nlb(&cmd)))?;
             if len > u64::from(ctrl.params.max_io_size) {
                 debug!(len, "transfer larger than MDTS");
-                return Err(Status::generic(generic::INVALID_FIELD).at(nvm::offset::NLB, 0));
+                return Err(Status::generic_dnr(generic::INVALID_FIELD).at(nvm::offset::NLB, 0));
             }
             req.ns = Some(ns);
             Plan {
@@ -76,7 +76,7 @@ pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status
         }
         other => {
             debug!(opcode = other, "unsupported I/O opcode");
-            return Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
+            return Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
         }
     };
     Ok(plan)
@@ -125,11 +125,11 @@ fn submit(
         return Ok(n);
     }
     let Some(ns) = req.ns.clone() else {
-        return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+        return Err(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
     };
     let slba = nvm::rw_slba(&cmd);
     let nlb = u64::from(nvm::rw_nlb(&cmd));
-    let data_err = || Status::generic(generic::DATA_TRANSFER_ERROR);
+    let data_err = || Status::generic_dnr(generic::DATA_TRANSFER_ERROR);
     let io = match op {
         opcode::READ => {
             let buf = req.data.clone().ok_or_else(data_err)?;
@@ -150,7 +150,7 @@ fn submit(
         opcode::COMPARE => {
             let len = req.plan.len as usize;
             let scratch =
-                Arc::new(DmaBuffer::new(len).ok_or(Status::generic(generic::INTERNAL_ERROR))?);
+                Arc::new(DmaBuffer::new(len).ok_or(Status::generic_dnr(generic::INTERNAL_ERROR))?);
             let buf = DmaSlice::new(scratch.clone(), 0, len).ok_or_else(data_err)?;
             req.scratch = Some(scratch);
             IoOp::Read {
@@ -164,7 +164,7 @@ fn submit(
             IoOp::WriteZeroes { offset, len }
         }
         opcode::DATASET_MANAGEMENT => return dsm(ex, req, &ns, tag),
-        _ => return Err(Status::generic(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)),
+        _ => return Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)),
     };
     ex.submit(&ns, tag, io).map_err(|e| e.status())?;
     Ok(1)
@@ -182,7 +182,9 @@ fn dsm(ex: &mut ExecCtx, req: &mut Request, ns: &Arc<Namespace>, tag: u64) -> Re
     for i in 0..nr {
         let mut raw = [0u8; DSM_RANGE_LEN];
         if !req.read_data(i * DSM_RANGE_LEN, &mut raw) {
-            return Err(Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
+            return Err(
+                Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0)
+            );
         }
         let r = DsmRange::new_unchecked(&raw[..]);
         let (offset, len) = byte_range(ns, r.slba(), u64::from(r.nlb()))?;

@@ -402,7 +402,7 @@ pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> 
     if plan.len > target.params.max_io_size {
         // Larger than MDTS (e.g. a Get Log Page with a huge NUMD): no buffer could hold it.
         tracing::debug!(qid = %q.qid, cid = req.cid(), len = plan.len, "transfer larger than MDTS");
-        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
+        return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
     }
     if plan.len != sgl_len {
         // nvmet_check_transfer_len: the SGL must describe exactly the command's data.
@@ -410,7 +410,7 @@ pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> 
             qid = %q.qid, cid = req.cid(), opcode = req.opcode(),
             "data length {} in SGL does not match the command's {}", sgl_len, plan.len
         );
-        return Err(Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
+        return Err(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
     }
     req.plan = plan;
     Ok(())
@@ -420,29 +420,26 @@ fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan,
     let cmd = req.cmd();
     let flags = cmd.flags();
     if cmd.fuse() != sqe::fuse::NORMAL {
-        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 0));
+        return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 0));
     }
     if cmd.psdt() != sqe::psdt::SGL_MPTR_CONTIGUOUS {
         // Fabrics commands always describe data with SGLs.
         let _ = flags;
-        return Err(Status::generic(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 6));
+        return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 6));
     }
     let opcode = cmd.opcode();
     let Some(ctrl) = q.ctrl.as_ref() else {
         return fabrics::parse_connect(req);
     };
     if ctrl.is_dead() {
-        return Err(Status::new(
-            nvmf_common::wire::status::Sct::Generic,
-            generic::COMMAND_SEQUENCE_ERROR,
-        ));
+        return Err(Status::generic_retryable(generic::COMMAND_SEQUENCE_ERROR));
     }
     if opcode == FABRICS_OPCODE {
         return fabrics::parse(q, req);
     }
     if !ctrl.is_ready() {
         tracing::debug!(qid = %q.qid, opcode, "command while CC.EN == 0 or CSTS.RDY == 0");
-        return Err(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+        return Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
     }
     if q.qid.is_admin() {
         if ctrl.subsys.is_discovery() {
@@ -465,17 +462,14 @@ pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) 
         return fabrics::execute(q, ex, req);
     }
     let Some(ctrl) = q.ctrl.clone() else {
-        req.fail(Status::generic(generic::COMMAND_SEQUENCE_ERROR));
+        req.fail(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
         return Outcome::Done;
     };
     if ctrl.is_dead() {
         // The association ended while the command waited for its data (R2T/H2CData,
         // RDMA READ): nothing of it reaches the backend. The host may retry elsewhere.
         tracing::debug!(qid = %q.qid, cid = req.cid(), "controller gone before execution");
-        req.fail(Status::new(
-            nvmf_common::wire::status::Sct::Generic,
-            generic::ABORTED_SQ_DELETION,
-        ));
+        req.fail(Status::generic_retryable(generic::ABORTED_SQ_DELETION));
         return Outcome::Done;
     }
     if q.qid.is_admin() {
@@ -509,9 +503,9 @@ pub fn io_done(req: &mut Request, result: Result<(), BackendError>) -> bool {
 /// Finds namespace `nsid` for an I/O or admin command.
 pub(crate) fn find_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, Status> {
     if nsid == 0 || nsid == Nsid::BROADCAST.0 {
-        return Err(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+        return Err(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
     }
     ctrl.subsys
         .namespace(Nsid(nsid))
-        .ok_or(Status::generic(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0))
+        .ok_or(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0))
 }

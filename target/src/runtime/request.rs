@@ -291,10 +291,8 @@ impl<T: Transport> Runtime<T> {
                     }
                     None => {
                         warn!(qid = %q.ctx.qid, "no memory for in-capsule data");
-                        slot.req.fail(Status::new(
-                            nvmf_common::wire::status::Sct::Generic,
-                            generic::INTERNAL_ERROR,
-                        ));
+                        slot.req
+                            .fail(Status::generic_retryable(generic::INTERNAL_ERROR));
                         self.complete(t, qi, si)
                     }
                 }
@@ -319,7 +317,7 @@ impl<T: Transport> Runtime<T> {
             }
             (DataDir::HostToCtrl | DataDir::None, _) => {
                 slot.req.fail(
-                    Status::generic(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0),
+                    Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0),
                 );
                 self.complete(t, qi, si)
             }
@@ -342,7 +340,7 @@ impl<T: Transport> Runtime<T> {
             if len > max_io {
                 // Cannot be had at all (parse refuses these; never wait forever).
                 slot.req
-                    .fail(Status::generic(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
+                    .fail(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
                 return self.complete(t, qi, si);
             }
             slot.state = ReqState::NeedBuffer;

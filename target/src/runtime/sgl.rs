@@ -66,7 +66,8 @@ impl HostData {
 
 /// SGL Descriptor Type Invalid, located at the SGL identifier's type field.
 pub fn sgl_type_invalid() -> Status {
-    Status::generic(generic::SGL_DESCRIPTOR_TYPE_INVALID).at(SGL_IDENTIFIER_BYTE, SGL_DESC_TYPE_BIT)
+    Status::generic_dnr(generic::SGL_DESCRIPTOR_TYPE_INVALID)
+        .at(SGL_IDENTIFIER_BYTE, SGL_DESC_TYPE_BIT)
 }
 
 /// Decodes SGL1 of `sqe_bytes`, given the `icd_len` bytes of data the capsule carried.
@@ -99,7 +100,7 @@ pub fn decode(
                         addr,
                         len, icd_len, "in-capsule SGL beyond the capsule's data"
                     );
-                    Err(Status::generic(generic::SGL_OFFSET_INVALID).at(sqe::offset::DPTR, 0))
+                    Err(Status::generic_dnr(generic::SGL_OFFSET_INVALID).at(sqe::offset::DPTR, 0))
                 }
             }
         }

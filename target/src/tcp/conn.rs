@@ -20,7 +20,7 @@ use nvmf_common::transport::tcp::{
     encode_icresp, encode_term_req, FramerError, Negotiated, Pdu, PduReader, PduWriter, Role,
 };
 use nvmf_common::wire::sqe::SQE_LEN;
-use nvmf_common::wire::status::{generic, Sct, Status};
+use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::{
     offset, pdu_type, term_fes, term_fes_name, DataPdu, CMD_HDR_LEN, DATA_HDR_LEN, HDR_LEN,
     MAX_TERM_DATA,
@@ -103,7 +103,7 @@ impl Conn {
 
 /// Transient Transport Error: what a command whose data failed its digest completes with.
 fn transient_transport_error() -> Status {
-    Status::new(Sct::Generic, generic::TRANSIENT_TRANSPORT_ERROR)
+    Status::generic_retryable(generic::TRANSIENT_TRANSPORT_ERROR)
 }
 
 impl TcpTransport {

@@ -24,6 +24,8 @@
 //! (`drivers/nvme/{host,target}/tcp.c`), SPDK (`lib/nvmf/tcp.c`) and FreeBSD
 //! (`sys/dev/nvmf/nvmf_tcp.h`) implement it; see [`PduReader`] for the order of checks.
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod framer;
 pub mod negotiate;

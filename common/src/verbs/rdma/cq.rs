@@ -291,8 +291,8 @@ impl CompletionQueue for RdmaCq {
             return;
         }
         let ms = i32::try_from(timeout.as_millis().max(1)).unwrap_or(i32::MAX);
-        // SAFETY: the channel is live while the CQ is.
         let mut pfd = libc::pollfd {
+            // SAFETY: the channel is live while the CQ is.
             fd: unsafe { (*ch).fd },
             events: libc::POLLIN,
             revents: 0,

@@ -3,19 +3,25 @@
 //! writer, so every PDU the host sends is checked by the same validation a real target
 //! applies.
 
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
+use std::time::Instant;
 
 use std::sync::Arc;
 
 use nvmf_common::transport::tcp::negotiate::icresp_params;
-use nvmf_common::transport::tcp::{encode_icresp, ControllerConfig, IcReqParams};
+use nvmf_common::transport::tcp::{
+    encode_icresp, encode_term_req, ControllerConfig, FramerError, IcReqParams, Pdu, Role,
+};
 use nvmf_common::types::{Cntlid, Nqn, Nsid};
+use nvmf_common::wire::cqe::Cqe;
 use nvmf_common::wire::fabrics::{fctype, ConnectCmd, FABRICS_OPCODE};
 use nvmf_common::wire::sgl::SGL_DESC_LEN;
 use nvmf_common::wire::sqe::Sqe;
 use nvmf_common::wire::status::Sct;
+use nvmf_common::wire::tcp::{flags, offset, pdu_type, term_fes};
 
 use super::*;
 use crate::command;
@@ -1154,7 +1160,7 @@ fn queue_layer_over_tcp() {
         c.c2h(cb, 0, &d2, true, true);
         c.c2h(ca, 0, &d2[..2048], false, false);
         c.c2h(ca, 2048, &d2[2048..], true, false);
-        c.resp(ca, Status::generic(generic::INVALID_FIELD), 0);
+        c.resp(ca, Status::generic_dnr(generic::INVALID_FIELD), 0);
         assert_eq!(c.recv(), Got::Eof);
     });
     let fabric: Arc<dyn Fabric> = Arc::new(TcpFabric::new(addr, TcpOptions::default()));

@@ -604,15 +604,15 @@ fn errno_mapping() {
         .is(Sct::MediaError, media::WRITE_FAULT));
     assert_eq!(
         BackendError::NoSpace.status(),
-        Status::generic(generic::CAPACITY_EXCEEDED)
+        Status::generic_dnr(generic::CAPACITY_EXCEEDED)
     );
     assert_eq!(
         BackendError::Unsupported.status(),
-        Status::generic(generic::INVALID_OPCODE)
+        Status::generic_dnr(generic::INVALID_OPCODE)
     );
     assert_eq!(
         BackendError::OutOfRange.status(),
-        Status::generic(generic::LBA_OUT_OF_RANGE)
+        Status::generic_dnr(generic::LBA_OUT_OF_RANGE)
     );
     assert!(BackendError::Io(libc::EFAULT)
         .status()

@@ -1,0 +1,231 @@
+//! The flags of every subcommand except `map`: nvme-cli's connection flags
+//! ([`ConnArgs`]), each command's own arguments, and their value parsers.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use nvmf_initiator::error::Error;
+use nvmf_initiator::perf::{self, BsSpec, Rw};
+
+use super::reconnect_args;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportKind {
+    Rdma,
+    Tcp,
+    /// An in-process target (software RDMA): `--config FILE` or `--namespace SPEC`.
+    Loopback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Normal,
+    Json,
+}
+
+/// Connection flags (nvme-cli names).
+#[derive(Debug, Clone, Args)]
+pub struct ConnArgs {
+    /// Transport.
+    #[arg(short = 't', long, value_enum)]
+    pub transport: TransportKind,
+    /// Transport address (IP address for rdma and tcp).
+    #[arg(short = 'a', long)]
+    pub traddr: Option<String>,
+    /// Transport service id (port).
+    #[arg(short = 's', long, default_value = "4420")]
+    pub trsvcid: String,
+    /// Subsystem NQN (loopback: defaults to the in-process target's first subsystem).
+    #[arg(short = 'n', long)]
+    pub nqn: Option<String>,
+    /// Host NQN (default: /etc/nvme/hostnqn, else generated for this run).
+    #[arg(short = 'q', long)]
+    pub hostnqn: Option<String>,
+    /// Host identifier, a UUID (default: /etc/nvme/hostid).
+    #[arg(short = 'I', long)]
+    pub hostid: Option<String>,
+    /// I/O queues to request.
+    #[arg(short = 'i', long = "nr-io-queues")]
+    pub nr_io_queues: Option<u16>,
+    /// I/O queue size (entries).
+    #[arg(short = 'Q', long = "queue-size")]
+    pub queue_size: Option<u16>,
+    /// Keep-alive timeout in seconds (0 disables).
+    #[arg(short = 'k', long = "keep-alive-tmo")]
+    pub keep_alive_tmo: Option<u32>,
+    /// NVMe/TCP header digest.
+    #[arg(long = "hdr-digest")]
+    pub hdr_digest: bool,
+    /// NVMe/TCP data digest.
+    #[arg(long = "data-digest")]
+    pub data_digest: bool,
+    /// Per-command timeout in seconds.
+    #[arg(long = "timeout", default_value_t = 30)]
+    pub timeout: u64,
+    /// perf, map: seconds to keep reconnecting after a lost connection (-1: forever,
+    /// 0: no reconnect); interrupted I/O is retried on the reconnected controller.
+    #[arg(
+        long = "ctrl-loss-tmo",
+        default_value_t = reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
+        allow_negative_numbers = true
+    )]
+    pub ctrl_loss_tmo: i64,
+    /// perf, map: seconds before the second reconnect attempt (doubling up to 60 s).
+    #[arg(long = "reconnect-delay", default_value_t = reconnect_args::DEFAULT_RECONNECT_DELAY_SECS)]
+    pub reconnect_delay: u64,
+    /// Loopback: the target's YAML config.
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+    /// Loopback: a namespace of the in-process target (ram:1G, null:1G, a file path);
+    /// may be repeated.
+    #[arg(long = "namespace")]
+    pub namespace: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DiscoverArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[arg(
+        long = "output-format",
+        short = 'o',
+        value_enum,
+        default_value = "normal"
+    )]
+    pub output_format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct IdentifyArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Only this namespace (default: the controller and every namespace).
+    #[arg(long)]
+    pub nsid: Option<u32>,
+    #[arg(
+        long = "output-format",
+        short = 'o',
+        value_enum,
+        default_value = "normal"
+    )]
+    pub output_format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[arg(
+        long = "output-format",
+        short = 'o',
+        value_enum,
+        default_value = "normal"
+    )]
+    pub output_format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// First logical block.
+    #[arg(long, short = 'l', default_value_t = 0)]
+    pub lba: u64,
+    /// Number of blocks.
+    #[arg(long, short = 'c', default_value_t = 1)]
+    pub count: u64,
+    /// Write the data to this file instead of a hexdump on stdout.
+    #[arg(long, short = 'O')]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// First logical block.
+    #[arg(long, short = 'l', default_value_t = 0)]
+    pub lba: u64,
+    /// Number of blocks (default: the input file's size, rounded up; 1 with --pattern).
+    #[arg(long, short = 'c')]
+    pub count: Option<u64>,
+    /// Data to write (zero-padded to whole blocks).
+    #[arg(long, conflicts_with = "pattern")]
+    pub input: Option<PathBuf>,
+    /// Fill every byte with this value (decimal or 0x hex).
+    #[arg(long, value_parser = parse_byte)]
+    pub pattern: Option<u8>,
+}
+
+#[derive(Debug, Args)]
+pub struct PerfArgs {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// read, write, randread, randwrite or randrw.
+    #[arg(long, default_value = "randread", value_parser = parse_rw)]
+    pub rw: Rw,
+    /// Percentage of reads for randrw.
+    #[arg(long, default_value_t = 50)]
+    pub rwmixread: u8,
+    /// Block size ("4k") or range ("4k-64k").
+    #[arg(long, default_value = "4k", value_parser = parse_bs)]
+    pub bs: BsSpec,
+    /// Commands in flight per job.
+    #[arg(long, default_value_t = 32)]
+    pub iodepth: u32,
+    /// Jobs, each a thread with its own I/O queue.
+    #[arg(long, default_value_t = 1)]
+    pub numjobs: u32,
+    /// Measured time ("10", "10s", "500ms"); default 10 s unless --size is given
+    /// (then one pass over it).
+    #[arg(long, value_parser = parse_duration)]
+    pub runtime: Option<Duration>,
+    /// Bytes of the namespace to use ("1G").
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Time to run before measuring.
+    #[arg(long = "ramp_time", alias = "ramp-time", value_parser = parse_duration)]
+    pub ramp_time: Option<Duration>,
+    /// Stamp and check data (writes are read back after the run).
+    #[arg(long)]
+    pub verify: bool,
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// Seed for offsets and verify stamps.
+    #[arg(long, default_value_t = perf::DEFAULT_SEED)]
+    pub seed: u64,
+    #[arg(long = "output-format", value_enum, default_value = "normal")]
+    pub output_format: OutputFormat,
+    /// Write an SVG with the latency histogram and IOPS over time.
+    #[arg(long = "latency-plot")]
+    pub latency_plot: Option<PathBuf>,
+}
+
+pub(super) fn parse_byte(s: &str) -> Result<u8, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u8::from_str_radix(h, 16),
+        None => t.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a byte (0..=255 or 0x00..=0xff)"))
+}
+
+fn parse_rw(s: &str) -> Result<Rw, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+fn parse_bs(s: &str) -> Result<BsSpec, String> {
+    s.parse().map_err(|e: Error| e.to_string())
+}
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    perf::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_size(s: &str) -> Result<u64, String> {
+    perf::parse_size(s).map_err(|e| e.to_string())
+}

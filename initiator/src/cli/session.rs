@@ -1,0 +1,195 @@
+//! Opening a fabric from the connection flags (loopback, NVMe/TCP, RDMA), the
+//! connect options derived from them, and the one-queue helper `read` and `write` use.
+
+use std::net::ToSocketAddrs as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvmf_common::types::{Nqn, Nsid};
+use nvmf_common::verbs::Device;
+
+use nvmf_initiator::controller::{ConnectOptions, Controller};
+use nvmf_initiator::error::Error;
+use nvmf_initiator::hostnqn::{HostIdentity, IdentitySource};
+use nvmf_initiator::loopback::{start_loopback, LoopbackTarget};
+use nvmf_initiator::namespace::NsIo;
+use nvmf_initiator::transport::rdma::RdmaFabric;
+use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
+use nvmf_initiator::transport::Fabric;
+
+use super::{CliError, ConnArgs, TransportKind};
+
+/// Milliseconds per second (KATO is given in seconds, carried in ms).
+pub(super) const MS_PER_SEC: u32 = 1000;
+
+/// The local RDMA device that reaches `addr` (`IP:PORT`), for `-t rdma`.
+#[cfg(feature = "rdma")]
+fn rdma_device(addr: &str, timeout: Duration) -> Result<Arc<dyn Device>, CliError> {
+    use nvmf_common::verbs::rdma::RdmaDevice;
+    match RdmaDevice::for_remote_addr(addr, timeout) {
+        Ok(d) => Ok(d),
+        Err(e) => Err(CliError::Failed(Error::Transport(
+            nvmf_initiator::transport::TransportError::Other(format!("-t rdma to {addr}: {e}")),
+        ))),
+    }
+}
+
+#[cfg(not(feature = "rdma"))]
+fn rdma_device(_addr: &str, _timeout: Duration) -> Result<Arc<dyn Device>, CliError> {
+    Err(CliError::Usage(
+        "-t rdma: real RDMA verbs are not built into this binary (cargo feature `rdma`)".into(),
+    ))
+}
+
+/// A fabric and what keeps it alive.
+pub(super) struct Session {
+    pub(super) fabric: Arc<dyn Fabric>,
+    pub(super) default_nqn: Option<Nqn>,
+    pub(super) host: HostIdentity,
+    pub(super) timeout: Duration,
+    // Declared last: dropped after the fabric, so the in-process target outlives every
+    // host-side queue.
+    _loopback: Option<LoopbackTarget>,
+}
+
+pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
+    if (conn.hdr_digest || conn.data_digest) && conn.transport != TransportKind::Tcp {
+        return Err(CliError::Usage(
+            "--hdr-digest/--data-digest: not supported on this transport".into(),
+        ));
+    }
+    if conn.timeout == 0 {
+        return Err(CliError::Usage(
+            "--timeout must be at least 1 second".into(),
+        ));
+    }
+    let host = HostIdentity::load(conn.hostnqn.as_deref(), conn.hostid.as_deref())?;
+    if host.source == IdentitySource::Generated {
+        eprintln!(
+            "note: no host identity configured (/etc/nvme/hostnqn, /etc/nvme/hostid); \
+             using {} with host id {} for this run only (pass -q/-I to fix one)",
+            host.hostnqn,
+            host.hostid_string()
+        );
+    }
+    let timeout = Duration::from_secs(conn.timeout);
+    match conn.transport {
+        TransportKind::Loopback => {
+            let (fabric, target, nqn) = start_loopback(conn.config.as_deref(), &conn.namespace)?;
+            Ok(Session {
+                fabric,
+                default_nqn: Some(nqn),
+                host,
+                timeout,
+                _loopback: Some(target),
+            })
+        }
+        TransportKind::Tcp => Ok(Session {
+            fabric: Arc::new(tcp_fabric(conn)?),
+            default_nqn: None,
+            host,
+            timeout,
+            _loopback: None,
+        }),
+        TransportKind::Rdma => {
+            let traddr = conn
+                .traddr
+                .as_deref()
+                .ok_or_else(|| CliError::Usage("-t rdma needs -a/--traddr".into()))?;
+            let addr = format!("{traddr}:{}", conn.trsvcid);
+            let device = rdma_device(&addr, timeout)?;
+            let fabric = RdmaFabric::new(device, addr).map_err(Error::Transport)?;
+            Ok(Session {
+                fabric: Arc::new(fabric),
+                default_nqn: None,
+                host,
+                timeout,
+                _loopback: None,
+            })
+        }
+    }
+}
+
+/// The NVMe/TCP fabric for `-t tcp -a ADDR -s PORT [--hdr-digest] [--data-digest]`.
+pub(super) fn tcp_fabric(conn: &ConnArgs) -> Result<TcpFabric, CliError> {
+    let traddr = conn
+        .traddr
+        .as_deref()
+        .ok_or_else(|| CliError::Usage("-t tcp needs -a/--traddr".into()))?;
+    let port: u16 = conn.trsvcid.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "-s/--trsvcid {:?}: not a TCP port number",
+            conn.trsvcid
+        ))
+    })?;
+    // An IPv6 address may come bracketed ("[fe80::1]").
+    let host = traddr
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(traddr);
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::Usage(format!("-a/--traddr {traddr:?}: {e}")))?
+        .next()
+        .ok_or_else(|| CliError::Usage(format!("-a/--traddr {traddr:?}: no address")))?;
+    Ok(TcpFabric::new(
+        addr,
+        TcpOptions {
+            hdr_digest: conn.hdr_digest,
+            data_digest: conn.data_digest,
+            ..TcpOptions::default()
+        },
+    ))
+}
+
+/// Connection options for an I/O subsystem from the flags.
+pub(super) fn connect_options(
+    conn: &ConnArgs,
+    s: &Session,
+    io_queues: u16,
+    min_queue_size: u16,
+) -> Result<ConnectOptions, CliError> {
+    let nqn = match (&conn.nqn, &s.default_nqn) {
+        (Some(n), _) => {
+            Nqn::new(n.as_str()).map_err(|e| CliError::Usage(format!("-n/--nqn {n:?}: {e}")))?
+        }
+        (None, Some(d)) => d.clone(),
+        (None, None) => return Err(CliError::Usage("-n/--nqn is required".into())),
+    };
+    let mut o = ConnectOptions::new(nqn, s.host.hostnqn.clone(), s.host.hostid);
+    o.nr_io_queues = conn.nr_io_queues.unwrap_or(io_queues).max(io_queues);
+    if let Some(q) = conn.queue_size {
+        o.queue_size = q;
+    } else {
+        o.queue_size = o.queue_size.max(min_queue_size);
+    }
+    if let Some(k) = conn.keep_alive_tmo {
+        o.kato_ms = k.saturating_mul(MS_PER_SEC);
+    }
+    o.command_timeout = s.timeout;
+    o.connect_timeout = s.timeout;
+    Ok(o)
+}
+
+/// Connects with one I/O queue and runs `f` on namespace `nsid`.
+pub(super) fn with_ns<T>(
+    conn: &ConnArgs,
+    nsid: u32,
+    f: impl FnOnce(&mut NsIo<'_>) -> Result<T, Error>,
+) -> Result<T, CliError> {
+    let s = open(conn)?;
+    let o = connect_options(conn, &s, 1, 0)?;
+    let mut ctrl = Controller::connect(s.fabric.clone(), o)?;
+    let mut qs = ctrl.take_io_queues();
+    let q = qs
+        .first_mut()
+        .ok_or_else(|| CliError::Failed(Error::Protocol("no I/O queue was granted".into())))?;
+    let r = {
+        let mut io = NsIo::new(&ctrl, q, Nsid(nsid))?;
+        f(&mut io)
+    };
+    drop(qs);
+    let out = r?;
+    ctrl.shutdown()?;
+    Ok(out)
+}

@@ -1,0 +1,315 @@
+//! Unit tests of the command line: flag parsing, usage errors, output formatting.
+
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+
+use nvmf_common::types::Nsid;
+use nvmf_initiator::controller::NamespaceInfo;
+use nvmf_initiator::perf::Rw;
+use nvmf_initiator::transport::tcp::TcpOptions;
+use nvmf_initiator::transport::Fabric;
+
+use super::args::parse_byte;
+use super::io_cmd::{hexdump, write_payload};
+use super::query_cmd::format_list;
+use super::session::{open, tcp_fabric};
+use super::*;
+
+#[test]
+fn cli_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn parses_nvme_cli_and_fio_flags() {
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "perf",
+        "-t",
+        "loopback",
+        "--namespace",
+        "ram:64M",
+        "-i",
+        "2",
+        "-Q",
+        "64",
+        "-k",
+        "0",
+        "--rw",
+        "randrw",
+        "--bs",
+        "4k-64k",
+        "--iodepth",
+        "16",
+        "--numjobs",
+        "2",
+        "--runtime",
+        "5s",
+        "--ramp_time",
+        "1",
+        "--size",
+        "32M",
+        "--verify",
+        "--output-format",
+        "json",
+        "-v",
+    ])
+    .unwrap();
+    assert_eq!(c.verbose, 1);
+    let Command::Perf(p) = c.command else {
+        panic!("not perf");
+    };
+    assert_eq!(p.conn.transport, TransportKind::Loopback);
+    assert_eq!(p.conn.trsvcid, "4420");
+    assert_eq!(
+        (p.conn.nr_io_queues, p.conn.queue_size),
+        (Some(2), Some(64))
+    );
+    assert_eq!(p.rw, Rw::RandRw);
+    assert_eq!((p.bs.min, p.bs.max), (4096, 65536));
+    assert_eq!(p.runtime, Some(Duration::from_secs(5)));
+    assert_eq!(p.ramp_time, Some(Duration::from_secs(1)));
+    assert_eq!(p.size, Some(32 << 20));
+    assert!(p.verify);
+    assert_eq!(p.output_format, OutputFormat::Json);
+    assert_eq!(p.nsid, 1);
+
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "discover",
+        "-t",
+        "rdma",
+        "-a",
+        "10.0.0.1",
+        "-s",
+        "4421",
+        "-q",
+        "nqn.h",
+        "-I",
+        "3f6a2c1e-8a4b-4e4e-9b1a-0123456789ab",
+    ])
+    .unwrap();
+    let Command::Discover(d) = c.command else {
+        panic!("not discover");
+    };
+    assert_eq!(d.conn.traddr.as_deref(), Some("10.0.0.1"));
+    assert_eq!(d.conn.trsvcid, "4421");
+
+    assert!(
+        Cli::try_parse_from(["nvmf-initiator", "list"]).is_err(),
+        "-t required"
+    );
+    assert!(
+        Cli::try_parse_from(["nvmf-initiator", "perf", "-t", "loopback", "--bs", "4x"]).is_err()
+    );
+    assert!(
+        Cli::try_parse_from(["nvmf-initiator", "perf", "-t", "loopback", "--runtime", "x"])
+            .is_err()
+    );
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "write",
+        "-t",
+        "loopback",
+        "--pattern",
+        "0xAB",
+        "--lba",
+        "3",
+    ])
+    .unwrap();
+    let Command::Write(w) = c.command else {
+        panic!("not write");
+    };
+    assert_eq!(w.pattern, Some(0xAB));
+    assert!(Cli::try_parse_from([
+        "nvmf-initiator",
+        "write",
+        "-t",
+        "loopback",
+        "--pattern",
+        "1",
+        "--input",
+        "f",
+    ])
+    .is_err());
+}
+
+#[test]
+fn reconnect_flags_like_nvme_cli() {
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "perf",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "--ctrl-loss-tmo",
+        "-1",
+        "--reconnect-delay",
+        "2",
+    ])
+    .unwrap();
+    let Command::Perf(p) = c.command else {
+        panic!("not perf");
+    };
+    assert_eq!((p.conn.ctrl_loss_tmo, p.conn.reconnect_delay), (-1, 2));
+    let c = Cli::try_parse_from(["nvmf-initiator", "list", "-t", "tcp", "-a", "::1"]).unwrap();
+    let Command::List(l) = c.command else {
+        panic!("not list");
+    };
+    assert_eq!(
+        (l.conn.ctrl_loss_tmo, l.conn.reconnect_delay),
+        (600, 10),
+        "the kernel host's defaults"
+    );
+}
+
+#[test]
+fn tcp_flags_build_a_tcp_fabric() {
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "discover",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        "8009",
+        "--hdr-digest",
+        "--data-digest",
+    ])
+    .unwrap();
+    let Command::Discover(d) = c.command else {
+        panic!("not discover");
+    };
+    assert_eq!(d.conn.transport, TransportKind::Tcp);
+    let f = tcp_fabric(&d.conn).unwrap();
+    assert_eq!(f.addr(), "127.0.0.1:8009".parse().unwrap());
+    let o = f.options();
+    assert!(o.hdr_digest && o.data_digest);
+    assert_eq!((f.name(), f.keyed_sgls()), ("tcp", false));
+
+    // Default port 4420, no digests, IPv6 with or without brackets.
+    for a in ["::1", "[::1]"] {
+        let c = Cli::try_parse_from(["nvmf-initiator", "list", "-t", "tcp", "-a", a]).unwrap();
+        let Command::List(l) = c.command else {
+            panic!("not list");
+        };
+        let f = tcp_fabric(&l.conn).unwrap();
+        assert_eq!(f.addr(), "[::1]:4420".parse().unwrap());
+        assert_eq!(f.options(), TcpOptions::default());
+    }
+}
+
+#[test]
+fn usage_errors_before_connecting() {
+    let conn = |t: TransportKind| ConnArgs {
+        transport: t,
+        traddr: None,
+        trsvcid: "4420".into(),
+        nqn: None,
+        hostnqn: Some("nqn.h".into()),
+        hostid: Some("3f6a2c1e-8a4b-4e4e-9b1a-0123456789ab".into()),
+        nr_io_queues: None,
+        queue_size: None,
+        keep_alive_tmo: None,
+        hdr_digest: false,
+        data_digest: false,
+        timeout: 30,
+        ctrl_loss_tmo: reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
+        reconnect_delay: reconnect_args::DEFAULT_RECONNECT_DELAY_SECS,
+        config: None,
+        namespace: Vec::new(),
+    };
+    assert!(
+        matches!(open(&conn(TransportKind::Rdma)), Err(CliError::Usage(m)) if m.contains("-a/--traddr"))
+    );
+    // 192.0.2.1 (TEST-NET-1) is unreachable over RDMA from anywhere: without an
+    // RDMA stack the device lookup fails at once, with one within the timeout.
+    let mut c = conn(TransportKind::Rdma);
+    c.traddr = Some("192.0.2.1".into());
+    c.timeout = 1;
+    match open(&c) {
+        Err(CliError::Failed(e)) => {
+            assert!(e.to_string().contains("-t rdma to 192.0.2.1:4420"), "{e}")
+        }
+        Err(CliError::Usage(m)) => panic!("usage error instead of a device error: {m}"),
+        Ok(_) => panic!("no RDMA device reaches 192.0.2.1"),
+    }
+    assert!(
+        matches!(open(&conn(TransportKind::Tcp)), Err(CliError::Usage(m)) if m.contains("-a/--traddr"))
+    );
+    let mut c = conn(TransportKind::Tcp);
+    c.traddr = Some("127.0.0.1".into());
+    c.trsvcid = "port".into();
+    assert!(matches!(open(&c), Err(CliError::Usage(m)) if m.contains("not a TCP port number")));
+    let mut c = conn(TransportKind::Loopback);
+    c.hdr_digest = true;
+    assert!(
+        matches!(open(&c), Err(CliError::Usage(m)) if m.contains("not supported on this transport"))
+    );
+}
+
+#[test]
+fn hexdump_like_hexdump_c() {
+    let mut d = vec![0u8; 64];
+    d[..5].copy_from_slice(b"hello");
+    let s = hexdump(&d, 512);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines[0],
+        "00000200  68 65 6c 6c 6f 00 00 00  00 00 00 00 00 00 00 00  |hello...........|"
+    );
+    assert_eq!(
+        lines[1],
+        "00000210  00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00  |................|"
+    );
+    assert_eq!(lines[2], "*");
+    assert_eq!(lines[3], "00000240");
+    assert_eq!(parse_byte("0xff"), Ok(255));
+    assert_eq!(parse_byte("17"), Ok(17));
+    assert!(parse_byte("256").is_err());
+}
+
+#[test]
+fn write_payloads() {
+    assert_eq!(
+        write_payload(None, Some(7), Some(2), 4).unwrap(),
+        vec![7u8; 8]
+    );
+    assert_eq!(write_payload(None, Some(7), None, 4).unwrap(), vec![7u8; 4]);
+    let p = std::env::temp_dir().join(format!("nvmf-cli-{}", std::process::id()));
+    std::fs::write(&p, b"abcdef").unwrap();
+    assert_eq!(
+        write_payload(Some(&p), None, None, 4).unwrap(),
+        b"abcdef\0\0".to_vec()
+    );
+    assert!(
+        write_payload(Some(&p), None, Some(1), 4).is_err(),
+        "input longer than count"
+    );
+    let _ = std::fs::remove_file(&p);
+    assert!(write_payload(None, Some(1), Some(0), 4).is_err());
+}
+
+#[test]
+fn list_table() {
+    let n = NamespaceInfo {
+        nsid: Nsid(1),
+        nsze: 2048,
+        ncap: 2048,
+        nuse: 2048,
+        block_size: 512,
+        metadata_size: 0,
+        nguid: [0xAB; 16],
+        eui64: [0; 8],
+        uuid: None,
+    };
+    let t = format_list(&[n]);
+    assert!(t
+        .lines()
+        .nth(1)
+        .unwrap()
+        .starts_with("1            1MiB        512           2048  abab"));
+}

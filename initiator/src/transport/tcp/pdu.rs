@@ -1,0 +1,289 @@
+//! Handling the PDUs the controller sends (CapsuleResp, C2HData, R2T, C2HTermReq)
+//! on the connection state: completions, data copied into command buffers, H2CData
+//! answers to R2Ts, and the fatal errors a misbehaving controller causes.
+
+use tracing::warn;
+
+use nvmf_common::transport::tcp::{DataProgress, FramerError, Pdu};
+use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
+use nvmf_common::wire::status::Status;
+use nvmf_common::wire::tcp::{flags, offset, pdu_type_name, term_fes, MAX_TERM_DATA};
+
+use super::{describe_term, Cmd, Conn, DataDir, Fatal, DATA_DIGEST_STATUS, DIRECT_MIN};
+
+impl Conn {
+    pub(super) fn peek_extend(&mut self, bytes: &[u8]) {
+        let room = MAX_TERM_DATA - self.peek_len.min(MAX_TERM_DATA);
+        let n = room.min(bytes.len());
+        if let (Some(dst), Some(src)) = (
+            self.peek.get_mut(self.peek_len..self.peek_len + n),
+            bytes.get(..n),
+        ) {
+            dst.copy_from_slice(src);
+            self.peek_len += n;
+        }
+    }
+
+    /// The received header of the current PDU (`hlen` bytes when that many are in).
+    pub(super) fn peek_header(&self) -> &[u8] {
+        let hlen = self
+            .peek
+            .get(offset::HLEN as usize)
+            .map_or(0, |&h| usize::from(h));
+        self.peek.get(..hlen.min(self.peek_len)).unwrap_or(&[])
+    }
+
+    /// Where the rest of the C2HData PDU `d` goes when it is put straight into its
+    /// command's buffer: when at least `min` bytes are missing (or the PDU is already
+    /// being received this way) and the
+    /// PDU fits a read command that has not failed (anything else takes the ordinary
+    /// path, which reports what is wrong).
+    pub(super) fn direct_dst(&mut self, d: &DataProgress, min: usize) -> Option<&mut [u8]> {
+        let missing = d.len.checked_sub(d.received)?;
+        // Once started, the whole rest of the PDU's data goes this way (the handler
+        // copies only the bytes the framer got first).
+        if missing < min && self.direct.is_none() {
+            return None;
+        }
+        let cmd = self.slots.get(usize::from(d.cid))?.as_ref()?;
+        let end = (d.datao as usize).checked_add(d.len)?;
+        if cmd.dir != DataDir::FromCtrl || cmd.failed.is_some() || end > cmd.len as usize {
+            return None;
+        }
+        let buf = cmd.buf.as_ref()?;
+        if end > buf.len {
+            return None;
+        }
+        let at = buf.offset + d.datao as usize + d.received;
+        // SAFETY: a read command's buffer belongs to the transport until the command
+        // completes: the caller does not touch it and nothing else writes it (TCP has
+        // no DMA). The range lies inside the buffer (checked above and by
+        // `slice_mut`), and the borrow ends with the socket read into it.
+        unsafe { buf.buf.slice_mut(at, missing) }
+    }
+
+    fn slot(&mut self, cid: u16) -> Option<&mut Cmd> {
+        self.slots
+            .get_mut(usize::from(cid))
+            .and_then(Option::as_mut)
+    }
+
+    fn complete(&mut self, cid: u16, status: Status) {
+        let mut c = Cqe::new_unchecked([0u8; CQE_LEN]);
+        c.set_cid(cid);
+        c.set_sqid(self.qid.0);
+        c.set_status(status);
+        self.cqes.push(c.into_inner());
+        if let Some(s) = self.slots.get_mut(usize::from(cid)) {
+            *s = None;
+        }
+    }
+
+    pub(super) fn on_pdu(&mut self, pdu: Pdu<'_>) -> Result<(), Fatal> {
+        let direct = self.direct.take();
+        match pdu {
+            Pdu::CapsuleResp { cqe } => {
+                self.on_resp(cqe);
+                Ok(())
+            }
+            Pdu::C2HData {
+                cid,
+                datao,
+                success,
+                data,
+                ..
+            } => self.on_c2h_data(cid, datao, success, data, direct),
+            Pdu::R2T {
+                cid,
+                ttag,
+                offset,
+                length,
+            } => self.on_r2t(cid, ttag, offset, length),
+            Pdu::C2HTermReq { fes, fei, .. } => Err(Fatal::quiet(describe_term(fes, fei))),
+            other => Err(Fatal::new(
+                format!(
+                    "unexpected {} PDU from the controller",
+                    pdu_type_name(other.pdu_type())
+                ),
+                term_fes::PDU_SEQUENCE_ERROR,
+                0,
+            )),
+        }
+    }
+
+    fn on_resp(&mut self, cqe: [u8; CQE_LEN]) {
+        let mut cqe = cqe;
+        let cid = Cqe::new_unchecked(&cqe[..]).cid();
+        // An unknown cid goes up as is: the queue layer reports it.
+        if let Some(s) = self.slots.get_mut(usize::from(cid)) {
+            if let Some(cmd) = s.take() {
+                if let Some(st) = cmd.failed {
+                    let mut c = Cqe::new_unchecked(&mut cqe[..]);
+                    c.set_status(st);
+                }
+            }
+        }
+        self.cqes.push(cqe);
+    }
+
+    fn on_c2h_data(
+        &mut self,
+        cid: u16,
+        datao: u32,
+        success: bool,
+        data: &[u8],
+        direct: Option<usize>,
+    ) -> Result<(), Fatal> {
+        self.large_data = direct.is_some() && data.len() >= DIRECT_MIN;
+        let Some(cmd) = self.slot(cid) else {
+            return Err(Fatal::new(
+                format!(
+                    "C2HData for command id {cid}, which is not outstanding (unknown command id)"
+                ),
+                term_fes::INVALID_HEADER_FIELD,
+                offset::COMMAND_ID,
+            ));
+        };
+        let buf = match (&cmd.buf, cmd.dir) {
+            (Some(b), DataDir::FromCtrl) => b,
+            _ => {
+                return Err(Fatal::new(
+                    format!("C2HData for command id {cid}, which reads no data"),
+                    term_fes::INVALID_HEADER_FIELD,
+                    offset::COMMAND_ID,
+                ))
+            }
+        };
+        let end = u64::from(datao) + data.len() as u64;
+        if end > u64::from(cmd.len) {
+            return Err(Fatal::new(
+                format!(
+                    "C2HData for command id {cid} at bytes {datao}..{end}, beyond its {}-byte buffer",
+                    cmd.len
+                ),
+                term_fes::DATA_OUT_OF_RANGE,
+                0,
+            ));
+        }
+        // Data received straight into the buffer (see `direct_dst`) is there already,
+        // all but the first bytes, which the framer holds.
+        let data = match direct {
+            Some(k) => data.get(..k).unwrap_or(data),
+            None => data,
+        };
+        if cmd.failed.is_none() && !buf.write_at(datao as usize, data) {
+            return Err(Fatal::quiet(format!(
+                "C2HData for command id {cid}: cannot copy {} bytes at {datao} into its buffer",
+                data.len()
+            )));
+        }
+        if success {
+            let st = cmd.failed.unwrap_or(Status::SUCCESS);
+            self.complete(cid, st);
+        }
+        Ok(())
+    }
+
+    /// A C2HData PDU failed its data digest: its data is dropped and the command
+    /// fails with Data Transfer Error (now if the PDU said SUCCESS, else with the
+    /// CapsuleResp that follows).
+    pub(super) fn on_data_digest_error(&mut self, cid: u16, e: &FramerError) -> Result<(), Fatal> {
+        let fl = self.peek.get(offset::FLAGS as usize).copied().unwrap_or(0);
+        let qid = self.qid;
+        let Some(cmd) = self.slot(cid) else {
+            return Err(Fatal::new(
+                format!("C2HData for command id {cid}, which is not outstanding (unknown command id), with {e}"),
+                term_fes::INVALID_HEADER_FIELD,
+                offset::COMMAND_ID,
+            ));
+        };
+        if cmd.dir != DataDir::FromCtrl {
+            return Err(Fatal::new(
+                format!("C2HData for command id {cid}, which reads no data"),
+                term_fes::INVALID_HEADER_FIELD,
+                offset::COMMAND_ID,
+            ));
+        }
+        warn!(%qid, cid, "{e}: the command fails with Data Transfer Error");
+        cmd.failed = Some(DATA_DIGEST_STATUS);
+        if fl & flags::DATA_SUCCESS != 0 {
+            self.complete(cid, DATA_DIGEST_STATUS);
+        }
+        Ok(())
+    }
+
+    fn on_r2t(&mut self, cid: u16, ttag: u16, r2to: u32, r2tl: u32) -> Result<(), Fatal> {
+        let maxh2cdata = self.maxh2cdata.max(1);
+        let Some(cmd) = self
+            .slots
+            .get_mut(usize::from(cid))
+            .and_then(Option::as_mut)
+        else {
+            return Err(Fatal::new(
+                format!("R2T for command id {cid}, which is not outstanding (unknown command id)"),
+                term_fes::INVALID_HEADER_FIELD,
+                offset::COMMAND_ID,
+            ));
+        };
+        let buf = match (&cmd.buf, cmd.dir, cmd.in_capsule) {
+            (Some(b), DataDir::ToCtrl, false) => b.clone(),
+            _ => {
+                return Err(Fatal::new(
+                    format!("R2T for command id {cid}, which has no data to transfer by R2T"),
+                    term_fes::INVALID_HEADER_FIELD,
+                    offset::COMMAND_ID,
+                ))
+            }
+        };
+        if r2tl == 0 {
+            return Err(Fatal::new(
+                format!("R2T of 0 bytes for command id {cid}"),
+                term_fes::INVALID_HEADER_FIELD,
+                offset::R2T_LENGTH,
+            ));
+        }
+        if r2to < cmd.r2t_end {
+            return Err(Fatal::new(
+                format!(
+                    "R2T for command id {cid} at offset {r2to}, but {} bytes were already asked for",
+                    cmd.r2t_end
+                ),
+                term_fes::INVALID_HEADER_FIELD,
+                offset::R2T_OFFSET,
+            ));
+        }
+        let end = u64::from(r2to) + u64::from(r2tl);
+        if end > u64::from(cmd.len) {
+            return Err(Fatal::new(
+                format!(
+                    "R2T for command id {cid} asks for bytes {r2to}..{end}, beyond its {} bytes of data",
+                    cmd.len
+                ),
+                term_fes::DATA_OUT_OF_RANGE,
+                offset::R2T_LENGTH,
+            ));
+        }
+        cmd.r2t_end = r2to + r2tl;
+        // SAFETY: the caller does not write a write command's buffer until the command
+        // completes, and nothing else writes it (TCP has no DMA); the borrow ends with
+        // the copies into H2CData PDUs below.
+        let whole = unsafe { buf.buf.slice(buf.offset, buf.len) }.unwrap_or(&[]);
+        let mut at = r2to;
+        let stop = r2to + r2tl;
+        while at < stop {
+            let n = (stop - at).min(maxh2cdata);
+            let Some(piece) = whole.get(at as usize..(at + n) as usize) else {
+                return Err(Fatal::quiet(format!(
+                    "R2T for command id {cid}: cannot read bytes {at}..{} of its buffer",
+                    at + n
+                )));
+            };
+            let last = at + n == stop;
+            self.writer
+                .h2c_data(cid, ttag, at, piece, last, &mut self.out)
+                .map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
+            at += n;
+        }
+        Ok(())
+    }
+}
