@@ -148,10 +148,16 @@ pub fn spawn(
                 registered = Err(e);
                 return Err(std::io::Error::other("cannot register the data arena"));
             }
-            // SAFETY: the descriptor is the completion channel of `t.cq`, which the
-            // transport owns for the whole life of the group and its epoll set; the
-            // borrow only lives for this registration call.
-            let fd = unsafe { BorrowedFd::borrow_raw(t.cq.event_fd()) };
+            let raw = t.cq.event_fd();
+            if raw < 0 {
+                return Err(std::io::Error::other(
+                    "the completion queue has no event descriptor",
+                ));
+            }
+            // SAFETY: `raw` (checked above) is the completion channel of `t.cq`, which
+            // the transport owns for the whole life of the group and its epoll set;
+            // the borrow only lives for this registration call.
+            let fd = unsafe { BorrowedFd::borrow_raw(raw) };
             epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, CQ_TOKEN))?;
             Ok(())
         },
