@@ -21,6 +21,8 @@
 //! its CQs alive. Dropping a QP disconnects it.
 
 pub mod buffer;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod soft;

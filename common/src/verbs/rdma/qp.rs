@@ -2,7 +2,9 @@
 //!
 //! A QP owns its rdma_cm id and that id's own event channel, so connection events
 //! (DISCONNECTED, TIMEWAIT_EXIT, DEVICE_REMOVAL) of one queue never wait behind, or
-//! affect, another. [`QueuePair::is_dead`] reads them without blocking.
+//! affect, another. [`QueuePair::is_dead`] reads them without blocking, and, while the
+//! QP still looks alive, asks the device for its state (`ibv_query_qp`): an error
+//! completion moves a QP to the error state without any rdma_cm event.
 //!
 //! Tear-down: `disconnect` (or a peer's DISCONNECTED) calls `rdma_disconnect`, which
 //! moves the QP to the error state so every outstanding work request completes with a
@@ -19,9 +21,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rdma_sys::{
-    ibv_post_recv, ibv_post_send, ibv_qp_cap, ibv_qp_init_attr, ibv_qp_type, ibv_recv_wr,
-    ibv_send_flags, ibv_send_wr, ibv_sge, rdma_cm_event_type, rdma_create_qp, rdma_destroy_qp,
-    rdma_disconnect,
+    ibv_post_recv, ibv_post_send, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_cap, ibv_qp_init_attr,
+    ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
+    rdma_cm_event_type, rdma_create_qp, rdma_destroy_qp, rdma_disconnect,
 };
 
 use super::convert::wr_fields;
@@ -192,6 +194,18 @@ impl RdmaQp {
                 }
             }
         }
+    }
+
+    /// Whether the device reports the QP in the error state (`ibv_query_qp`).
+    fn in_error_state(&self) -> bool {
+        // SAFETY: all-zero bytes are valid for these plain C structs (integers, NULL
+        // pointers); they are out-parameters of the query below.
+        let (mut attr, mut init): (ibv_qp_attr, ibv_qp_init_attr) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let mask = ibv_qp_attr_mask::IBV_QP_STATE.0 as i32;
+        // SAFETY: the QP is live until `drop`; `attr` and `init` are valid out-parameters.
+        let rc = unsafe { ibv_query_qp(self.raw_qp(), &mut attr, mask, &mut init) };
+        rc == 0 && attr.qp_state == ibv_qp_state::IBV_QPS_ERR
     }
 
     fn disconnect_once(&self) {
@@ -394,6 +408,11 @@ impl QueuePair for RdmaQp {
     fn is_dead(&self) -> bool {
         if !self.dead.load(Ordering::Acquire) {
             self.drain_events();
+        }
+        if !self.dead.load(Ordering::Acquire) && self.in_error_state() {
+            // An error completion (ours, or a NAK the peer's error caused) moved the QP
+            // to the error state without any rdma_cm event.
+            self.dead.store(true, Ordering::Release);
         }
         self.dead.load(Ordering::Acquire)
     }

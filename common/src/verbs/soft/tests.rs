@@ -170,100 +170,11 @@ fn assert_dead(p: &Pair) {
 }
 
 #[test]
-fn a_failed_accept_rejects_with_the_given_private_data() {
-    let dev = SoftDevice::new();
-    let listener = dev.listen("loop0").unwrap();
-    let dev2 = Arc::clone(&dev);
-    let server = thread::spawn(move || {
-        let req = listener.next_request(T).unwrap();
-        let pd = dev2.alloc_pd().unwrap();
-        let cq = dev2.create_cq(16).unwrap();
-        req.accept(init(&pd, &cq), b"welcome", b"no resources", &mut |_| {
-            Err(VerbsError::Provider(
-                "receive buffers could not be posted".into(),
-            ))
-        })
-        .err()
-    });
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(16).unwrap();
-    let r = dev.connect("loop0", init(&pd, &cq), b"hi", &mut |_| Ok(()), T);
-    assert_eq!(
-        r.err(),
-        Some(VerbsError::Rejected(b"no resources".to_vec()))
-    );
-    assert!(matches!(
-        server.join().unwrap(),
-        Some(VerbsError::Provider(_))
-    ));
-}
-
-#[test]
-fn connect_accept_exchanges_private_data() {
-    let dev = SoftDevice::new();
-    let listener = dev.listen("loop0").unwrap();
-    assert_eq!(listener.local_addr(), "loop0");
-    let dev2 = Arc::clone(&dev);
-    let server = thread::spawn(move || {
-        let req = listener.next_request(T).unwrap();
-        assert_eq!(req.private_data(), b"hello from host");
-        let pd = dev2.alloc_pd().unwrap();
-        let cq = dev2.create_cq(16).unwrap();
-        let qp = req
-            .accept(init(&pd, &cq), b"welcome", b"", &mut |_| Ok(()))
-            .unwrap();
-        (qp, pd, cq)
-    });
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(16).unwrap();
-    let mut pre_posted = 0;
-    let (qp, reply) = dev
-        .connect(
-            "loop0",
-            init(&pd, &cq),
-            b"hello from host",
-            &mut |qp: &dyn QueuePair| {
-                pre_posted += 1;
-                qp.post_recv(&[])
-            },
-            T,
-        )
-        .unwrap();
-    assert_eq!(reply, b"welcome");
-    assert_eq!(pre_posted, 1);
-    let (sqp, _spd, _scq) = server.join().unwrap();
-    assert_ne!(qp.qp_num(), sqp.qp_num());
-    assert!(!qp.is_dead() && !sqp.is_dead());
-    assert!(dev.name().starts_with("soft"));
-}
-
-#[test]
-fn reject_returns_private_data() {
-    let dev = SoftDevice::new();
-    let listener = dev.listen("10.0.0.1:4420").unwrap();
-    let server = thread::spawn(move || {
-        let req = listener.next_request(T).unwrap();
-        req.reject(&[0xde, 0xad]);
-    });
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(16).unwrap();
-    let err = dev
-        .connect("10.0.0.1:4420", init(&pd, &cq), b"x", &mut |_| Ok(()), T)
-        .err();
-    assert_eq!(err, Some(VerbsError::Rejected(vec![0xde, 0xad])));
-    server.join().unwrap();
-}
-
-#[test]
 fn listener_namespace() {
     let dev = SoftDevice::new();
+    assert!(dev.name().starts_with("soft"));
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(16).unwrap();
-    let err = dev
-        .connect("nowhere", init(&pd, &cq), b"", &mut |_| Ok(()), T)
-        .err();
-    assert_eq!(err, Some(VerbsError::NoListener("nowhere".into())));
-
     let l = dev.listen("a").unwrap();
     assert_eq!(
         dev.listen("a").err(),
@@ -339,22 +250,9 @@ fn connect_timeout_then_late_accept_fails() {
 }
 
 #[test]
-fn dropped_request_or_listener_refuses() {
+fn dropping_the_listener_refuses_queued_requests() {
     let dev = SoftDevice::new();
     let listener = dev.listen("drop").unwrap();
-    let server = thread::spawn(move || {
-        let req = listener.next_request(T).unwrap();
-        drop(req);
-        listener
-    });
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(16).unwrap();
-    let err = dev
-        .connect("drop", init(&pd, &cq), b"", &mut |_| Ok(()), T)
-        .err();
-    assert_eq!(err, Some(VerbsError::ConnectionRefused));
-    let listener = server.join().unwrap();
-
     let dev2 = Arc::clone(&dev);
     let client = thread::spawn(move || {
         let pd = dev2.alloc_pd().unwrap();
@@ -395,30 +293,29 @@ fn objects_of_another_device_are_refused() {
     ));
 }
 
+/// Soft-provider details of SEND delivery (the rest is the conformance property
+/// `send_recv_delivers_bytes_and_byte_len`): a zero-length receive SGE is skipped, and
+/// send completions carry the byte count.
 #[test]
-fn send_delivers_bytes_and_length() {
+fn zero_length_receive_sges_are_skipped() {
     let dev = SoftDevice::new();
     let p = connect_pair(&dev, "send");
     let src = reg(&p.a.pd, 8192, Access::empty());
     let dst = reg(&p.b.pd, 8192, Access::LOCAL_WRITE);
     src.buffer().write_at(0, b"0123456789");
-    src.buffer().write_at(4096, b"abcdef");
-    // Gather two SGEs, scatter into three (the first one short).
     recv(
         &p.b.qp,
         7,
         &[sge(&dst, 100, 4), sge(&dst, 200, 0), sge(&dst, 300, 100)],
     );
-    p.a.qp
-        .post_send(&[send(8, &[sge(&src, 0, 10), sge(&src, 4096, 6)])])
-        .unwrap();
+    p.a.qp.post_send(&[send(8, &[sge(&src, 0, 10)])]).unwrap();
     assert_eq!(
         drain(&p.b.cq),
         [wc(
             7,
             WcStatus::Success,
             WcOpcode::Recv,
-            16,
+            10,
             p.b.qp.qp_num()
         )]
     );
@@ -428,122 +325,13 @@ fn send_delivers_bytes_and_length() {
             8,
             WcStatus::Success,
             WcOpcode::Send,
-            16,
+            10,
             p.a.qp.qp_num()
         )]
     );
     assert_eq!(read(&dst, 100, 4), b"0123");
-    assert_eq!(read(&dst, 300, 12), b"456789abcdef");
-    assert_eq!(read(&dst, 312, 1), [0]);
-    // Zero-length SEND.
-    recv(&p.b.qp, 9, &[sge(&dst, 0, 8)]);
-    p.a.qp.post_send(&[send(10, &[])]).unwrap();
-    assert_eq!(
-        drain(&p.b.cq),
-        [wc(9, WcStatus::Success, WcOpcode::Recv, 0, p.b.qp.qp_num())]
-    );
-    assert_eq!(drain(&p.a.cq).len(), 1);
-}
-
-#[test]
-fn write_then_send_data_visible_at_recv() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "ws");
-    // Host (a) exposes a data buffer; target (b) writes it then sends a response.
-    let host_data = reg(&p.a.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    let host_rsp = reg(&p.a.pd, 64, Access::LOCAL_WRITE);
-    let tgt_data = reg(&p.b.pd, 4096, Access::empty());
-    let tgt_rsp = reg(&p.b.pd, 64, Access::empty());
-    tgt_data.buffer().fill(0, 4096, 0x5a);
-    tgt_rsp.buffer().write_at(0, &[1; 16]);
-    recv(&p.a.qp, 1, &[sge(&host_rsp, 0, 64)]);
-    let data_sgl = [sge(&tgt_data, 0, 4096)];
-    let rsp_sgl = [sge(&tgt_rsp, 0, 16)];
-    let tgt_qp = Arc::clone(&p.b.qp);
-    let (addr, rkey) = (host_data.addr(), host_data.rkey());
-    let target = thread::spawn(move || {
-        tgt_qp
-            .post_send(&[
-                SendWr {
-                    wr_id: 2,
-                    op: SendOp::RdmaWrite {
-                        remote_addr: addr,
-                        rkey,
-                    },
-                    sg_list: &data_sgl,
-                    signaled: false,
-                },
-                SendWr {
-                    wr_id: 3,
-                    op: SendOp::Send,
-                    sg_list: &rsp_sgl,
-                    signaled: true,
-                },
-            ])
-            .unwrap();
-    });
-    let mut out = [WorkCompletion::EMPTY; 4];
-    let deadline = Instant::now() + T;
-    while p.a.cq.poll(&mut out) == 0 {
-        assert!(Instant::now() < deadline);
-        std::hint::spin_loop();
-    }
-    assert_eq!(
-        out[0],
-        wc(1, WcStatus::Success, WcOpcode::Recv, 16, p.a.qp.qp_num())
-    );
-    assert_eq!(read(&host_data, 0, 4096), vec![0x5a; 4096]);
-    assert_eq!(read(&host_rsp, 0, 16), [1; 16]);
-    let deadline = Instant::now() + T;
-    let mut got = drain(&p.b.cq);
-    while got.is_empty() && Instant::now() < deadline {
-        got = drain(&p.b.cq);
-    }
-    target.join().unwrap();
-    // Only the signaled SEND completes.
-    assert_eq!(
-        got,
-        [wc(
-            3,
-            WcStatus::Success,
-            WcOpcode::Send,
-            16,
-            p.b.qp.qp_num()
-        )]
-    );
-}
-
-#[test]
-fn rdma_read_copies_from_peer() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "read");
-    let host_data = reg(&p.a.pd, 4096, Access::REMOTE_READ);
-    host_data.buffer().write_at(1000, b"payload!");
-    let sink = reg(&p.b.pd, 4096, Access::LOCAL_WRITE);
-    p.b.qp
-        .post_send(&[SendWr {
-            wr_id: 5,
-            op: SendOp::RdmaRead {
-                remote_addr: host_data.addr() + 1000,
-                rkey: host_data.rkey(),
-            },
-            sg_list: &[sge(&sink, 10, 3), sge(&sink, 20, 5)],
-            signaled: true,
-        }])
-        .unwrap();
-    assert_eq!(
-        drain(&p.b.cq),
-        [wc(
-            5,
-            WcStatus::Success,
-            WcOpcode::RdmaRead,
-            8,
-            p.b.qp.qp_num()
-        )]
-    );
-    assert_eq!(read(&sink, 10, 3), b"pay");
-    assert_eq!(read(&sink, 20, 5), b"load!");
-    assert!(drain(&p.a.cq).is_empty());
+    assert_eq!(read(&dst, 200, 1), [0]);
+    assert_eq!(read(&dst, 300, 7), b"456789\0");
 }
 
 #[test]
@@ -705,30 +493,11 @@ fn rdma(op: SendOp, sgl: &[Sge]) -> SendWr<'_> {
 }
 
 #[test]
-fn bad_rkey_is_remote_access_error() {
-    isolated_failure("badkey", |p| {
-        let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-        let src = reg(&p.a.pd, 4096, Access::empty());
-        let sgl = [sge(&src, 0, 16)];
-        let op = SendOp::RdmaWrite {
-            remote_addr: target.addr(),
-            rkey: target.rkey() ^ 0x0001_0000,
-        };
-        expect_remote_failure(
-            p,
-            rdma(op, &sgl),
-            WcOpcode::RdmaWrite,
-            WcStatus::RemoteAccessError,
-        );
-        // The lkey of the target region is not an rkey either.
-        assert_ne!(target.lkey(), target.rkey());
-    });
-}
-
-#[test]
 fn lkey_used_as_rkey_is_refused() {
     isolated_failure("lkey-as-rkey", |p| {
         let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+        // Soft keys: a region's lkey and rkey always differ (on rxe they are equal).
+        assert_ne!(target.lkey(), target.rkey());
         let src = reg(&p.a.pd, 4096, Access::empty());
         let sgl = [sge(&src, 0, 16)];
         let op = SendOp::RdmaWrite {
@@ -745,45 +514,6 @@ fn lkey_used_as_rkey_is_refused() {
 }
 
 #[test]
-fn out_of_bounds_is_remote_access_error() {
-    isolated_failure("oob", |p| {
-        let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-        let src = reg(&p.a.pd, 4096, Access::empty());
-        let sgl = [sge(&src, 0, 16)];
-        let op = SendOp::RdmaWrite {
-            remote_addr: target.addr() + 4096 - 15,
-            rkey: target.rkey(),
-        };
-        expect_remote_failure(
-            p,
-            rdma(op, &sgl),
-            WcOpcode::RdmaWrite,
-            WcStatus::RemoteAccessError,
-        );
-        assert_eq!(read(&target, 0, 4096), vec![0; 4096]);
-    });
-}
-
-#[test]
-fn below_region_is_remote_access_error() {
-    isolated_failure("below", |p| {
-        let target = reg(&p.b.pd, 4096, Access::REMOTE_READ);
-        let sink = reg(&p.a.pd, 4096, Access::LOCAL_WRITE);
-        let sgl = [sge(&sink, 0, 16)];
-        let op = SendOp::RdmaRead {
-            remote_addr: target.addr() - 1,
-            rkey: target.rkey(),
-        };
-        expect_remote_failure(
-            p,
-            rdma(op, &sgl),
-            WcOpcode::RdmaRead,
-            WcStatus::RemoteAccessError,
-        );
-    });
-}
-
-#[test]
 fn wrapping_address_is_remote_access_error() {
     isolated_failure("wrap", |p| {
         let target = reg(&p.b.pd, 4096, Access::REMOTE_READ);
@@ -792,46 +522,6 @@ fn wrapping_address_is_remote_access_error() {
         // addr + len wraps around zero.
         let op = SendOp::RdmaRead {
             remote_addr: u64::MAX - 100,
-            rkey: target.rkey(),
-        };
-        expect_remote_failure(
-            p,
-            rdma(op, &sgl),
-            WcOpcode::RdmaRead,
-            WcStatus::RemoteAccessError,
-        );
-    });
-}
-
-#[test]
-fn missing_remote_write_is_remote_access_error() {
-    isolated_failure("no-rw", |p| {
-        let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_READ);
-        let src = reg(&p.a.pd, 4096, Access::empty());
-        src.buffer().fill(0, 16, 0xff);
-        let sgl = [sge(&src, 0, 16)];
-        let op = SendOp::RdmaWrite {
-            remote_addr: target.addr(),
-            rkey: target.rkey(),
-        };
-        expect_remote_failure(
-            p,
-            rdma(op, &sgl),
-            WcOpcode::RdmaWrite,
-            WcStatus::RemoteAccessError,
-        );
-        assert_eq!(read(&target, 0, 16), [0; 16]);
-    });
-}
-
-#[test]
-fn missing_remote_read_is_remote_access_error() {
-    isolated_failure("no-rr", |p| {
-        let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-        let sink = reg(&p.a.pd, 4096, Access::LOCAL_WRITE);
-        let sgl = [sge(&sink, 0, 16)];
-        let op = SendOp::RdmaRead {
-            remote_addr: target.addr(),
             rkey: target.rkey(),
         };
         expect_remote_failure(
@@ -927,6 +617,9 @@ fn local_sge_out_of_bounds_is_local_protection_error() {
 
 #[test]
 fn rnr_when_no_receive_posted() {
+    let dev = SoftDevice::new();
+    dev.set_rnr_timeout(T);
+    assert_eq!(dev.rnr_timeout(), T);
     isolated_failure("rnr", |p| {
         let src = reg(&p.a.pd, 64, Access::empty());
         p.a.qp.post_send(&[send(1, &[sge(&src, 0, 8)])]).unwrap();
@@ -942,32 +635,6 @@ fn rnr_when_no_receive_posted() {
         );
         assert!(drain(&p.b.cq).is_empty());
     });
-}
-
-#[test]
-fn rnr_retry_waits_for_a_late_receive() {
-    let dev = SoftDevice::new();
-    dev.set_rnr_timeout(T);
-    assert_eq!(dev.rnr_timeout(), T);
-    let p = connect_pair(&dev, "rnr-retry");
-    let dst = reg(&p.b.pd, 64, Access::LOCAL_WRITE);
-    let b_qp = Arc::clone(&p.b.qp);
-    let sgl = [sge(&dst, 0, 64)];
-    let poster = thread::spawn(move || {
-        thread::sleep(Duration::from_millis(30));
-        recv(&b_qp, 3, &sgl);
-    });
-    let src = reg(&p.a.pd, 64, Access::empty());
-    p.a.qp.post_send(&[send(4, &[sge(&src, 0, 8)])]).unwrap();
-    poster.join().unwrap();
-    assert_eq!(
-        drain(&p.b.cq),
-        [wc(3, WcStatus::Success, WcOpcode::Recv, 8, p.b.qp.qp_num())]
-    );
-    assert_eq!(
-        drain(&p.a.cq),
-        [wc(4, WcStatus::Success, WcOpcode::Send, 8, p.a.qp.qp_num())]
-    );
 }
 
 #[test]
@@ -991,70 +658,6 @@ fn receive_too_small_is_length_error() {
             ]
         );
     });
-}
-
-#[test]
-fn send_with_invalidate_reports_and_revokes_the_rkey() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "inval");
-    let host_data = reg(&p.a.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    let host_rsp = reg(&p.a.pd, 64, Access::LOCAL_WRITE);
-    let tgt = reg(&p.b.pd, 4096, Access::empty());
-    recv(&p.a.qp, 1, &[sge(&host_rsp, 0, 64)]);
-    recv(&p.a.qp, 2, &[sge(&host_rsp, 0, 64)]);
-    let write = SendWr {
-        wr_id: 10,
-        op: SendOp::RdmaWrite {
-            remote_addr: host_data.addr(),
-            rkey: host_data.rkey(),
-        },
-        sg_list: &[sge(&tgt, 0, 512)],
-        signaled: false,
-    };
-    let inval = SendWr {
-        wr_id: 11,
-        op: SendOp::SendWithInvalidate {
-            rkey: host_data.rkey(),
-        },
-        sg_list: &[sge(&tgt, 0, 16)],
-        signaled: true,
-    };
-    p.b.qp.post_send(&[write, inval]).unwrap();
-    assert_eq!(
-        drain(&p.a.cq),
-        [WorkCompletion {
-            invalidated_rkey: Some(host_data.rkey()),
-            ..wc(1, WcStatus::Success, WcOpcode::Recv, 16, p.a.qp.qp_num())
-        }]
-    );
-    assert_eq!(
-        drain(&p.b.cq),
-        [wc(
-            11,
-            WcStatus::Success,
-            WcOpcode::Send,
-            16,
-            p.b.qp.qp_num()
-        )]
-    );
-    // The region is still usable locally, but its rkey is dead.
-    assert!(host_data.buffer().write_at(0, b"local"));
-    let mut again = write;
-    again.wr_id = 12;
-    p.b.qp.post_send(&[again]).unwrap();
-    let b = p.b.qp.qp_num();
-    assert_eq!(
-        drain(&p.b.cq),
-        [wc(
-            12,
-            WcStatus::RemoteAccessError,
-            WcOpcode::RdmaWrite,
-            0,
-            b
-        )]
-    );
-    assert_eq!(drain(&p.a.cq), [flush_recv(2, &p.a.qp)]);
-    assert_dead(&p);
 }
 
 #[test]
@@ -1087,42 +690,7 @@ fn invalidating_an_unknown_rkey_is_remote_invalid_request() {
 }
 
 #[test]
-fn disconnect_flushes_both_sides() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "disc");
-    let ma = reg(&p.a.pd, 64, Access::LOCAL_WRITE);
-    let mb = reg(&p.b.pd, 64, Access::LOCAL_WRITE);
-    recv(&p.a.qp, 1, &[sge(&ma, 0, 64)]);
-    recv(&p.a.qp, 2, &[sge(&ma, 0, 64)]);
-    recv(&p.b.qp, 3, &[sge(&mb, 0, 64)]);
-    p.a.qp.disconnect();
-    assert_eq!(
-        drain(&p.a.cq),
-        [flush_recv(1, &p.a.qp), flush_recv(2, &p.a.qp)]
-    );
-    assert_eq!(drain(&p.b.cq), [flush_recv(3, &p.b.qp)]);
-    assert_dead(&p);
-    p.a.qp.disconnect();
-    assert!(drain(&p.a.cq).is_empty());
-}
-
-#[test]
-fn dropping_a_qp_disconnects_the_peer() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "drop-qp");
-    let mb = reg(&p.b.pd, 64, Access::LOCAL_WRITE);
-    recv(&p.b.qp, 3, &[sge(&mb, 0, 64)]);
-    let Pair { a, b } = p;
-    let a_cq = Arc::clone(&a.cq);
-    drop(a);
-    assert!(b.qp.is_dead());
-    assert_eq!(drain(&b.cq), [flush_recv(3, &b.qp)]);
-    assert!(drain(&a_cq).is_empty());
-    assert_eq!(b.qp.post_send(&[]), Err(VerbsError::QpError));
-}
-
-#[test]
-fn deregistered_keys_fail() {
+fn a_reused_slot_does_not_revive_a_stale_rkey() {
     isolated_failure("dereg", |p| {
         let target = reg(&p.b.pd, 4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
         let (addr, rkey) = (target.addr(), target.rkey());
@@ -1161,8 +729,10 @@ fn deregistered_lkey_fails_locally() {
     });
 }
 
+/// Soft key layout (distinct keys and the rights check are the conformance property
+/// `registration_keys_and_rights`): lkeys and rkeys never collide, even across regions.
 #[test]
-fn keys_are_distinct_and_registration_checks_rights() {
+fn lkeys_and_rkeys_never_collide() {
     let dev = SoftDevice::new();
     let pd = dev.alloc_pd().unwrap();
     let mut keys = std::collections::HashSet::new();
@@ -1172,76 +742,7 @@ fn keys_are_distinct_and_registration_checks_rights() {
     for mr in &mrs {
         assert!(keys.insert(mr.lkey()));
         assert!(keys.insert(mr.rkey()));
-        assert_eq!(mr.len(), 4096);
-        assert_eq!(mr.addr(), mr.buffer().addr());
     }
-    assert!(matches!(
-        pd.register(buf(4096), Access::REMOTE_WRITE).err(),
-        Some(VerbsError::InvalidArgument(_))
-    ));
-}
-
-#[test]
-fn armed_cq_wakes_a_waiting_thread() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "wake");
-    let dst = reg(&p.b.pd, 64, Access::LOCAL_WRITE);
-    recv(&p.b.qp, 1, &[sge(&dst, 0, 64)]);
-    let cq = Arc::clone(&p.b.cq);
-    let waiter = thread::spawn(move || {
-        let start = Instant::now();
-        let mut out = [WorkCompletion::EMPTY; 4];
-        let mut n = 0;
-        while n == 0 && start.elapsed() < T {
-            cq.wait(T);
-            n = cq.poll(&mut out);
-        }
-        (n, out[0], start.elapsed())
-    });
-    thread::sleep(Duration::from_millis(50));
-    let src = reg(&p.a.pd, 64, Access::empty());
-    p.a.qp.post_send(&[send(2, &[sge(&src, 0, 5)])]).unwrap();
-    let (n, got, elapsed) = waiter.join().unwrap();
-    assert_eq!(n, 1);
-    assert_eq!(
-        got,
-        wc(1, WcStatus::Success, WcOpcode::Recv, 5, p.b.qp.qp_num())
-    );
-    assert!(elapsed < Duration::from_secs(2), "woken by the completion");
-}
-
-fn readable(fd: std::os::fd::RawFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, zero timeout.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
-}
-
-#[test]
-fn event_fd_is_written_only_when_armed() {
-    let dev = SoftDevice::new();
-    let p = connect_pair(&dev, "efd");
-    let dst = reg(&p.b.pd, 64, Access::LOCAL_WRITE);
-    let src = reg(&p.a.pd, 64, Access::empty());
-    let fd = p.b.cq.event_fd();
-    recv(&p.b.qp, 1, &[sge(&dst, 0, 64)]);
-    p.a.qp.post_send(&[send(2, &[sge(&src, 0, 5)])]).unwrap();
-    assert!(!readable(fd), "unarmed: no eventfd write");
-    p.b.cq.req_notify();
-    recv(&p.b.qp, 3, &[sge(&dst, 0, 64)]);
-    recv(&p.b.qp, 4, &[sge(&dst, 0, 64)]);
-    p.a.qp.post_send(&[send(5, &[sge(&src, 0, 5)])]).unwrap();
-    assert!(readable(fd), "armed: the completion wrote the eventfd");
-    p.b.cq.ack_events();
-    assert!(!readable(fd));
-    // One-shot: the next completion does not write again.
-    p.a.qp.post_send(&[send(6, &[sge(&src, 0, 5)])]).unwrap();
-    assert!(!readable(fd));
-    assert_eq!(drain(&p.b.cq).len(), 3);
-    assert_eq!(drain(&p.a.cq).len(), 3);
 }
 
 #[test]
@@ -1604,4 +1105,99 @@ fn bidirectional_traffic_does_not_deadlock() {
     let (ta, tb) = (worker(a), worker(b));
     let (a, b) = (ta.join().unwrap(), tb.join().unwrap());
     assert!(!a.qp.is_dead() && !b.qp.is_dead());
+}
+
+/// The provider-neutral properties (`verbs::conformance`), each run as its own test on a
+/// fresh soft fabric. The rdma-sys provider runs the same functions in the interop lab.
+mod conformance {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::{SoftDevice, T};
+    use crate::verbs::conformance::{self, Fabric, Verdict, PROPERTIES};
+
+    /// A fresh fabric. The RNR timeout is long: conformance properties always post
+    /// receives in time, except the one that checks the retry waits for a late one.
+    fn soft_fabric() -> Fabric {
+        let dev = SoftDevice::new();
+        dev.set_rnr_timeout(T);
+        let n = AtomicU32::new(0);
+        Fabric::new(dev, move || {
+            format!("conformance-{}", n.fetch_add(1, Ordering::Relaxed))
+        })
+        .with_timeout(T)
+        // Work completes synchronously in the posting thread: nothing comes late.
+        .with_grace(Duration::ZERO)
+    }
+
+    fn check(name: &str) {
+        let p = conformance::property(name).expect("a conformance property");
+        assert_eq!(conformance::run(&soft_fabric(), p), Verdict::Pass, "{name}");
+    }
+
+    macro_rules! soft_conformance {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[test]
+                fn $name() {
+                    check(stringify!($name));
+                }
+            )*
+            const TESTED: &[&str] = &[$(stringify!($name)),*];
+        };
+    }
+
+    soft_conformance![
+        cm_accept_exchanges_private_data,
+        cm_reject_returns_private_data,
+        cm_failed_accept_rejects_with_reject_data,
+        cm_dropped_request_is_refused,
+        cm_connect_without_listener_fails,
+        registration_keys_and_rights,
+        send_recv_delivers_bytes_and_byte_len,
+        rdma_write_lands_bytes,
+        rdma_read_lands_bytes,
+        rc_orders_unsignaled_write_before_send,
+        rnr_retry_delivers_to_a_late_receive,
+        wrong_rkey_is_remote_access_error,
+        out_of_bounds_write_is_remote_access_error,
+        read_below_region_is_remote_access_error,
+        missing_remote_write_is_remote_access_error,
+        missing_remote_read_is_remote_access_error,
+        deregistered_rkey_is_remote_access_error,
+        disconnect_flushes_receives,
+        dropped_qp_disconnects_the_peer,
+        send_with_invalidate_revokes_the_rkey,
+        cq_event_fd_is_armed_one_shot,
+        cq_wait_wakes_on_completion,
+    ];
+
+    #[test]
+    fn every_property_runs_on_the_soft_provider() {
+        let all: Vec<&str> = PROPERTIES.iter().map(|p| p.name).collect();
+        assert_eq!(all, TESTED, "soft_conformance! must list every property");
+        let f = soft_fabric();
+        for p in PROPERTIES {
+            assert!(
+                p.needs.and_then(|n| f.lacks(n)).is_none(),
+                "the soft provider must offer everything"
+            );
+        }
+    }
+
+    /// The suite can fail: a provider that breaks a property is caught. Here the
+    /// "provider" is a fabric whose listen addresses collide, so the second
+    /// connection of a property cannot listen.
+    #[test]
+    fn a_broken_fabric_fails() {
+        let f = Fabric::new(SoftDevice::new(), || "same".to_string()).with_timeout(T);
+        let p = conformance::property("cm_accept_exchanges_private_data").expect("property");
+        match conformance::run(&f, p) {
+            Verdict::Fail(why) => assert!(why.contains("listen"), "{why}"),
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        let f = f.lacking(conformance::Need::RemoteInvalidate, "not here");
+        let p = conformance::property("send_with_invalidate_revokes_the_rkey").expect("property");
+        assert_eq!(conformance::run(&f, p), Verdict::NotApplicable("not here"));
+    }
 }
