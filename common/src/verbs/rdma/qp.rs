@@ -18,6 +18,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rdma_sys::{
@@ -45,6 +46,9 @@ struct Scratch {
 // post call made under the mutex that guards them.
 unsafe impl Send for Scratch {}
 
+/// How often `is_dead` asks the device for a live QP's state at most.
+const STATE_CHECK_EVERY: Duration = Duration::from_millis(10);
+
 pub(super) struct RdmaQp {
     /// Declared first: dropped (destroying the id and its channel) after `Drop::drop`
     /// destroyed the QP.
@@ -61,6 +65,9 @@ pub(super) struct RdmaQp {
     /// Serialises reading the id's events.
     events: Mutex<()>,
     scratch: Mutex<Scratch>,
+    /// When the device was last asked for the QP's state (`is_dead` callers may poll
+    /// it on every wait; the query is a verbs command, so it is rate-limited).
+    state_checked: Mutex<Option<Instant>>,
 }
 
 impl RdmaQp {
@@ -119,6 +126,7 @@ impl RdmaQp {
             disconnected: AtomicBool::new(false),
             events: Mutex::new(()),
             scratch: Mutex::new(Scratch::default()),
+            state_checked: Mutex::new(None),
         }))
     }
 
@@ -194,6 +202,17 @@ impl RdmaQp {
                 }
             }
         }
+    }
+
+    /// Whether the QP's state may be asked again (at most every [`STATE_CHECK_EVERY`]).
+    fn state_check_due(&self) -> bool {
+        let now = Instant::now();
+        let mut last = self.state_checked.lock();
+        let due = last.is_none_or(|t| now.duration_since(t) >= STATE_CHECK_EVERY);
+        if due {
+            *last = Some(now);
+        }
+        due
     }
 
     /// Whether the device reports the QP in the error state (`ibv_query_qp`).
@@ -409,7 +428,7 @@ impl QueuePair for RdmaQp {
         if !self.dead.load(Ordering::Acquire) {
             self.drain_events();
         }
-        if !self.dead.load(Ordering::Acquire) && self.in_error_state() {
+        if !self.dead.load(Ordering::Acquire) && self.state_check_due() && self.in_error_state() {
             // An error completion (ours, or a NAK the peer's error caused) moved the QP
             // to the error state without any rdma_cm event.
             self.dead.store(true, Ordering::Release);
