@@ -489,13 +489,13 @@ pub mod fake_target {
                 let sub = d.subsysnqn().unwrap_or("");
                 if sub != cfg.subnqn && sub != DISCOVERY_NQN {
                     return Reply {
-                        status: Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS),
+                        status: Status::cmd_specific_dnr(cmd_specific::CONNECT_INVALID_PARAMETERS),
                         dw0: connect_invalid_param_dw0(true, connect_data_offset::SUBSYSNQN),
                         dw1: 0,
                     };
                 }
                 if c.qid() != qid.0 {
-                    return fail(Status::cmd_specific(
+                    return fail(Status::cmd_specific_dnr(
                         cmd_specific::CONNECT_INVALID_PARAMETERS,
                     ));
                 }
@@ -673,7 +673,7 @@ pub mod fake_target {
                         v
                     }
                     0xC0 => (0..len).map(|i| (((off + i) / 4) % 251) as u8).collect(),
-                    _ => return fail(Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE)),
+                    _ => return fail(Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE)),
                 };
                 put(data, &bytes)
             }
@@ -746,7 +746,7 @@ pub mod fake_target {
                         if b.read_at(0, &mut tmp) && tmp == *region {
                             ok(0)
                         } else {
-                            fail(Status::media(
+                            fail(Status::media_retryable(
                                 nvmf_common::wire::status::media::COMPARE_FAILURE,
                             ))
                         }

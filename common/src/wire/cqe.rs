@@ -134,7 +134,7 @@ mod tests {
         c.set_cid(0xBEEF);
         c.set_phase(true);
         // Linux: NVME_SC_CONNECT_INVALID_PARAM | NVME_SC_DNR = 0x4182, shifted left by 1.
-        c.set_status(Status::cmd_specific(
+        c.set_status(Status::cmd_specific_dnr(
             cmd_specific::CONNECT_INVALID_PARAMETERS,
         ));
         assert_eq!(

@@ -212,13 +212,18 @@ impl Status {
         Status::retryable(Sct::Generic, sc)
     }
 
-    /// A command-specific status with DNR set.
-    pub const fn cmd_specific(sc: u8) -> Status {
+    /// A command-specific status (SCT 1) with Do Not Retry set; see [`Status::dnr`].
+    /// Used for the command-specific failures this crate reports (an unknown log
+    /// page, a refused Connect, a feature that cannot be saved), which would fail
+    /// again if the same command were resent.
+    pub const fn cmd_specific_dnr(sc: u8) -> Status {
         Status::dnr(Sct::CommandSpecific, sc)
     }
 
-    /// A media error status (DNR clear).
-    pub const fn media(sc: u8) -> Status {
+    /// A media and data integrity error status (SCT 2) with Do Not Retry clear; see
+    /// [`Status::retryable`]. Used for backend I/O failures and compare mismatches,
+    /// which the host may retry (here or on another path).
+    pub const fn media_retryable(sc: u8) -> Status {
         Status::retryable(Sct::MediaError, sc)
     }
 
@@ -346,10 +351,13 @@ mod tests {
             0x4002
         );
         assert_eq!(
-            Status::cmd_specific(cmd_specific::CONNECT_INVALID_HOST).to_field(),
+            Status::cmd_specific_dnr(cmd_specific::CONNECT_INVALID_HOST).to_field(),
             0x4184
         );
-        assert_eq!(Status::media(media::COMPARE_FAILURE).to_field(), 0x0285);
+        assert_eq!(
+            Status::media_retryable(media::COMPARE_FAILURE).to_field(),
+            0x0285
+        );
         let s = Status::from_field(0x6184);
         assert!(s.dnr && s.more);
         assert!(s.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_HOST));
@@ -377,6 +385,20 @@ mod tests {
         );
         assert!(Status::generic_dnr(generic::INTERNAL_ERROR).dnr);
         assert!(!Status::generic_retryable(generic::INTERNAL_ERROR).dnr);
+        let s = Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE);
+        assert_eq!(
+            s,
+            Status::dnr(Sct::CommandSpecific, cmd_specific::INVALID_LOG_PAGE)
+        );
+        assert!(s.dnr);
+        assert_eq!(s.to_field(), 0x4109);
+        let s = Status::media_retryable(media::UNRECOVERED_READ_ERROR);
+        assert_eq!(
+            s,
+            Status::retryable(Sct::MediaError, media::UNRECOVERED_READ_ERROR)
+        );
+        assert!(!s.dnr);
+        assert_eq!(s.to_field(), 0x0281);
         assert_eq!(Status::SUCCESS.to_field(), 0, "success has DNR clear");
         // A status read from the wire keeps the DNR bit it carried, both ways.
         assert!(Status::from_field(0x4002).dnr);

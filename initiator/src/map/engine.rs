@@ -442,7 +442,7 @@ mod tests {
             errno::ENOTSUP
         );
         assert_eq!(
-            nbd_errno(Status::media(media::UNRECOVERED_READ_ERROR)),
+            nbd_errno(Status::media_retryable(media::UNRECOVERED_READ_ERROR)),
             errno::EIO
         );
     }

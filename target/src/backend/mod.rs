@@ -115,9 +115,9 @@ impl BackendError {
     /// The NVMe status the host gets for this error.
     pub fn status(&self) -> Status {
         match self {
-            BackendError::ReadIo(_) => Status::media(media::UNRECOVERED_READ_ERROR),
+            BackendError::ReadIo(_) => Status::media_retryable(media::UNRECOVERED_READ_ERROR),
             BackendError::WriteIo(_) | BackendError::Short { .. } => {
-                Status::media(media::WRITE_FAULT)
+                Status::media_retryable(media::WRITE_FAULT)
             }
             BackendError::Io(_) => Status::generic_retryable(generic::INTERNAL_ERROR),
             BackendError::NoSpace => Status::generic_dnr(generic::CAPACITY_EXCEEDED),

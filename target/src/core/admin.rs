@@ -120,7 +120,7 @@ pub(super) fn execute(
 pub(super) fn hold_aer(q: &mut QueueCtx, req: &mut Request, tag: u64) -> Outcome {
     if q.held_aers.len() >= AER_LIMIT {
         warn!(qid = %q.qid, "Asynchronous Event Request limit exceeded");
-        req.fail(Status::cmd_specific(
+        req.fail(Status::cmd_specific_dnr(
             cmd_specific::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED,
         ));
         return Outcome::Done;
@@ -227,7 +227,7 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
         other => {
             debug!(lid = other, "unsupported log page");
             return Err(
-                Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE).at(sqe::offset::CDW10, 0)
+                Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE).at(sqe::offset::CDW10, 0)
             );
         }
     };
@@ -300,7 +300,8 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
     let f = admin::feature_fid(&cmd);
     if admin::feature_sv(&cmd) {
         return Err(
-            Status::cmd_specific(cmd_specific::FEATURE_ID_NOT_SAVEABLE).at(sqe::offset::CDW10, 31)
+            Status::cmd_specific_dnr(cmd_specific::FEATURE_ID_NOT_SAVEABLE)
+                .at(sqe::offset::CDW10, 31),
         );
     }
     let cdw11 = cmd.cdw11();

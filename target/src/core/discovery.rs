@@ -74,7 +74,8 @@ pub(super) fn execute(
         opcode::GET_LOG_PAGE => {
             let cmd = req.cmd();
             if admin::log_lid(&cmd) != lid::DISCOVERY {
-                Err(Status::cmd_specific(cmd_specific::INVALID_LOG_PAGE).at(sqe::offset::CDW10, 0))
+                Err(Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE)
+                    .at(sqe::offset::CDW10, 0))
             } else {
                 let rae = admin::log_rae(&cmd);
                 let log = discovery_log(&ex.target, &ctrl.port, &ctrl.hostnqn);

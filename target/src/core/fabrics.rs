@@ -83,7 +83,7 @@ pub(super) fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> 
 
 fn invalid_param(in_data: bool, offset: u16, req: &mut Request) -> Status {
     req.dw0 = connect_invalid_param_dw0(in_data, offset);
-    let st = Status::cmd_specific(cmd_specific::CONNECT_INVALID_PARAMETERS);
+    let st = Status::cmd_specific_dnr(cmd_specific::CONNECT_INVALID_PARAMETERS);
     if in_data {
         st
     } else {
@@ -99,7 +99,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     if recfmt != 0 {
         warn!(recfmt, "Connect with unsupported record format");
         return Err(
-            Status::cmd_specific(cmd_specific::CONNECT_INCOMPATIBLE_FORMAT)
+            Status::cmd_specific_dnr(cmd_specific::CONNECT_INCOMPATIBLE_FORMAT)
                 .at(connect_offset::RECFMT, 0),
         );
     }
@@ -139,7 +139,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     if !subsys.host_allowed(&hostnqn) {
         warn!(%subnqn, %hostnqn, "Connect by a host that is not allowed");
         req.dw0 = connect_invalid_param_dw0(true, connect_data_offset::HOSTNQN);
-        return Err(Status::cmd_specific(cmd_specific::CONNECT_INVALID_HOST));
+        return Err(Status::cmd_specific_dnr(cmd_specific::CONNECT_INVALID_HOST));
     }
     let params = ex.target.params.clone();
     let cntlid = Cntlid(d.cntlid());

@@ -215,7 +215,7 @@ pub(super) fn finish(req: &mut Request) {
             let mut disk = vec![0u8; len];
             let ok = req.read_data(0, &mut host) && scratch.read_at(0, &mut disk);
             if !ok || host != disk {
-                req.status = Status::media(media::COMPARE_FAILURE);
+                req.status = Status::media_retryable(media::COMPARE_FAILURE);
             }
         }
     }

@@ -476,7 +476,7 @@ fn read_only_file() {
     assert_eq!(read_at(&mut *ch, 0, 4096, 0), data);
     let e = write_at(&mut *ch, 0, &pattern(12, 4096), 0, false).unwrap_err();
     assert_eq!(e, BackendError::WriteIo(libc::EBADF));
-    assert_eq!(e.status(), Status::media(media::WRITE_FAULT));
+    assert_eq!(e.status(), Status::media_retryable(media::WRITE_FAULT));
     let e = write_at(&mut *ch, 10, &pattern(12, 10), 1, true).unwrap_err();
     assert_eq!(e, BackendError::WriteIo(libc::EBADF));
     let e = run(
@@ -515,7 +515,7 @@ fn read_past_shrunk_file_is_an_error() {
     assert_eq!(r, Err(BackendError::ReadIo(libc::ENODATA)));
     assert_eq!(
         r.unwrap_err().status(),
-        Status::media(media::UNRECOVERED_READ_ERROR)
+        Status::media_retryable(media::UNRECOVERED_READ_ERROR)
     );
 }
 
@@ -593,11 +593,11 @@ fn errno_mapping() {
 
     assert_eq!(
         BackendError::ReadIo(libc::EIO).status(),
-        Status::media(media::UNRECOVERED_READ_ERROR)
+        Status::media_retryable(media::UNRECOVERED_READ_ERROR)
     );
     assert_eq!(
         BackendError::WriteIo(libc::EIO).status(),
-        Status::media(media::WRITE_FAULT)
+        Status::media_retryable(media::WRITE_FAULT)
     );
     assert!(BackendError::Short { done: 1, want: 2 }
         .status()
