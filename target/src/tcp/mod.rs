@@ -31,9 +31,6 @@ pub mod poll_group;
 pub mod pool;
 pub mod tx;
 
-#[cfg(test)]
-mod tests;
-
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
