@@ -65,6 +65,14 @@ pub fn sqe_cid(sqe: &[u8; SQE_LEN]) -> u16 {
     Sqe::new_unchecked(&sqe[..]).cid()
 }
 
+/// Waits for a script started by [`RawCtrl::spawn`]; its panic (a failed assertion
+/// on what the host sent) becomes the caller's.
+pub fn join(script: JoinHandle<()>) {
+    if let Err(e) = script.join() {
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// The controller end of one connection.
 pub struct RawCtrl {
     sock: TcpStream,
