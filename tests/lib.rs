@@ -253,12 +253,17 @@ pub fn start_tcp_with(
 }
 
 impl TcpEnv {
+    /// The poll groups' data-path counters, summed.
+    pub fn counters(&self) -> nvmf_target::tcp::GroupCounters {
+        self.server.counters()
+    }
+
     /// Waits (up to 10 s) until the poll groups' counters satisfy `f`: they are
     /// updated by the group threads, after the fact.
     pub fn wait_counters(&self, what: &str, f: impl Fn(&nvmf_target::tcp::GroupCounters) -> bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let c = self.server.counters();
+            let c = self.counters();
             if f(&c) {
                 return;
             }

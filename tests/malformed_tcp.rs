@@ -915,7 +915,7 @@ cases! {
 #[test]
 fn many_bad_connections_leave_nothing_behind() {
     let env = start_tcp(&config(&["ram:16M"]), HostOptions::default());
-    let before = env.server.counters();
+    let before = env.counters();
     for i in 0..50u32 {
         let mut h = RawTcp::connect(env.addr, HostConfig::default());
         match i % 5 {

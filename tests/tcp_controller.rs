@@ -151,7 +151,7 @@ fn bring_up_identify_write_read() {
     assert_eq!(r2ts, vec![(0, 32768), (32768, 4096)]);
     assert_eq!(io.read(5000, 72).1, odd);
 
-    let c = s.server.counters();
+    let c = s.counters();
     assert_eq!(c.r2ts, 6);
     assert_eq!(c.h2c_pdus, 6);
     assert_eq!(c.accepted, 2);
@@ -632,7 +632,7 @@ fn a_host_that_does_not_read_is_not_read_either() {
     io.send(&out);
     std::thread::sleep(Duration::from_millis(300));
     // What waits for the socket stays bounded by the pool, and all of it arrives.
-    let c = s.server.counters();
+    let c = s.counters();
     assert!(c.buffers_in_use <= 256, "{c:?}");
     let mut done = 0;
     while done < cids.len() {
@@ -717,7 +717,7 @@ fn interrupt_poll_and_several_groups() {
             assert_eq!(io2.read(i * 8, 8).1, d);
             assert_eq!(io.read(10_000 + i * 128, 128).1, big);
         }
-        assert_eq!(s.server.counters().accepted, 4, "{mode:?}");
+        assert_eq!(s.counters().accepted, 4, "{mode:?}");
         let TcpEnv { server, .. } = s;
         server.shutdown();
     }

@@ -29,10 +29,11 @@ use nvmf_tests::raw_tcp::ctrl::{join, sgl1, sqe_cid, Got, RawCtrl};
 
 const T: Duration = Duration::from_secs(10);
 
-/// A failed command's status, made from its fields.
+/// A failed command's status (Invalid Field, DNR), made from its fields.
 const INVALID_FIELD_STATUS: Status = Status {
     sct: Sct::Generic,
     sc: generic::INVALID_FIELD,
+    dnr: true,
     ..Status::SUCCESS
 };
 

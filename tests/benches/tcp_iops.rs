@@ -92,7 +92,7 @@ fn point(mode: PollMode, qd: usize, bs: usize, write: bool, secs: f64) {
         }
         out.clear();
     };
-    let c0 = env.server.counters();
+    let c0 = env.counters();
     let cpu0 = group_cpu_ticks();
     let t0 = Instant::now();
     let mut done = 0u64;
@@ -128,7 +128,7 @@ fn point(mode: PollMode, qd: usize, bs: usize, write: bool, secs: f64) {
     }
     let el = t0.elapsed().as_secs_f64();
     let cpu = group_cpu_ticks().saturating_sub(cpu0) as f64 / 100.0;
-    let c = env.server.counters();
+    let c = env.counters();
     let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / done.max(1) as f64;
     println!(
         "{mode:?} QD{qd} {}k {}: {:.0} IOPS ({:.0} MB/s, mean {:.1} us); target: {:.1} us CPU/IO, reads/IO {:.2}, writes/IO {:.2}, sleeps {}",

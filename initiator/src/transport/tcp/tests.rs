@@ -6,11 +6,13 @@
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
 use nvmf_common::transport::tcp::ControllerConfig;
 use nvmf_common::types::{Nqn, Nsid};
+use nvmf_common::wire::cqe::Cqe;
 use nvmf_common::wire::fabrics::{fctype, ConnectCmd, FABRICS_OPCODE};
 use nvmf_common::wire::sqe::Sqe;
 
