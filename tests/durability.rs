@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_common::transport::tcp::HostConfig;
-use nvmf_common::types::{Nqn, Nsid};
+use nvmf_common::types::Nsid;
 use nvmf_common::wire::admin::fid;
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_common::wire::status::{generic, media, Sct, Status};
@@ -28,7 +28,7 @@ use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
 use nvmf_target::backend::Backend;
 use nvmf_target::subsystem::Namespace;
 use nvmf_target::target::Target;
-use nvmf_tests::raw_tcp::{status_of, with_cid, with_sgl, RawTcp, Rx};
+use nvmf_tests::raw_tcp::{pair, status_of, with_cid, with_sgl, Rx};
 use nvmf_tests::{config, connect, exec, start, start_tcp, TEST_NQN};
 
 /// A scratch file of `size` bytes, removed on drop.
@@ -269,26 +269,6 @@ fn tcp_with_fault() -> (nvmf_tests::TcpEnv, Arc<FaultControl>) {
     (env, ctl)
 }
 
-fn raw_pair(env: &nvmf_tests::TcpEnv, cfg: HostConfig) -> (RawTcp, RawTcp) {
-    let nqn = Nqn::new(TEST_NQN).unwrap_or_else(|e| panic!("{e}"));
-    let mut admin = RawTcp::connect(env.addr, cfg);
-    admin.init();
-    let cntlid = admin.admin_up(&nqn);
-    let c = admin.run(
-        with_sgl(
-            command::set_number_of_queues(1),
-            SglDescriptor::transport(0),
-        ),
-        &[],
-    );
-    assert!(status_of(&c).is_success());
-    let mut io = RawTcp::connect(env.addr, cfg);
-    io.init();
-    let c = io.io_connect(&nqn, cntlid, 1, 31);
-    assert!(status_of(&c).is_success(), "{}", status_of(&c));
-    (admin, io)
-}
-
 #[test]
 fn data_that_failed_its_digest_never_reaches_the_backend() {
     let (env, ctl) = tcp_with_fault();
@@ -296,7 +276,7 @@ fn data_that_failed_its_digest_never_reaches_the_backend() {
         data_digest: true,
         ..HostConfig::default()
     };
-    let (_a, mut io) = raw_pair(&env, cfg);
+    let (_a, mut io, _) = pair(&env, cfg);
     // In-capsule.
     let cid = io.next_cid();
     let w = command::write(Nsid(1), 0, 8, false).unwrap_or_else(|e| panic!("{e}"));
@@ -352,7 +332,7 @@ fn data_that_failed_its_digest_never_reaches_the_backend() {
 #[test]
 fn io_of_a_dead_association_never_reaches_the_backend() {
     let (env, ctl) = tcp_with_fault();
-    let (admin, mut io) = raw_pair(&env, HostConfig::default());
+    let (admin, mut io, _) = pair(&env, HostConfig::default());
     // A write waits for its data...
     let cid = io.next_cid();
     let w = command::write(Nsid(1), 0, 16, false).unwrap_or_else(|e| panic!("{e}"));

@@ -252,6 +252,31 @@ pub fn start_tcp_with(
     }
 }
 
+impl TcpEnv {
+    /// The poll groups' data-path counters, summed.
+    pub fn counters(&self) -> nvmf_target::tcp::GroupCounters {
+        use nvmf_target::runtime::PortServer;
+        self.server.counters()
+    }
+
+    /// Waits (up to 10 s) until the poll groups' counters satisfy `f`: they are
+    /// updated by the group threads, after the fact.
+    pub fn wait_counters(&self, what: &str, f: impl Fn(&nvmf_target::tcp::GroupCounters) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let c = self.counters();
+            if f(&c) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {c:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
 /// A well-behaved host connects over `fabric`, writes a 4 KiB pattern at `lba` of
 /// namespace 1, reads it back and disconnects: the target still serves hosts.
 pub fn assert_serves(fabric: &Arc<dyn Fabric>, nqn: &Nqn, lba: u64) {

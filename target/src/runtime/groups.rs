@@ -49,6 +49,11 @@ impl<N, S> PollGroups<N, S> {
         t
     }
 
+    /// Each group's counters, in group order (placement checks).
+    pub fn per_group(&self) -> Vec<GroupCounters> {
+        self.handles.iter().map(|g| g.stats.snapshot()).collect()
+    }
+
     /// Stops every group gracefully (each drains, closes its queues and waits for its
     /// I/O) and waits for the threads. Call after the listeners have stopped.
     pub fn stop(&mut self) {

@@ -31,9 +31,6 @@ mod conn;
 pub mod poll_group;
 pub mod tx;
 
-#[cfg(test)]
-mod tests;
-
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
@@ -237,6 +234,11 @@ impl TcpServer {
     /// when a port asked for port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.addrs.lock().iter().map(|(_, a)| *a).collect()
+    }
+
+    /// Each poll group's counters, in group order (how connections were placed).
+    pub fn group_counters(&self) -> Vec<GroupCounters> {
+        self.groups.per_group()
     }
 
     /// The socket address port `portid` is bound to.
