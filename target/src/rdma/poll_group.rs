@@ -177,6 +177,10 @@ impl Transport for RdmaTransport {
     const TRANSFERS_SETTLE_AFTER_CLOSE: bool = true;
     const RECEIVE_BY_EVENTS: bool = false;
 
+    fn in_capsule_buffer(q: &RdmaQueue) -> Option<&Arc<DmaBuffer>> {
+        Some(&q.recv_buf)
+    }
+
     fn shared(&self) -> Arc<dyn CompletionQueue> {
         self.cq.clone()
     }
@@ -423,9 +427,7 @@ impl RdmaTransport {
         let base = usize::from(si) * q.t.capsule_size;
         let mut sqe_bytes = [0u8; SQE_LEN];
         q.t.recv_buf.read_at(base, &mut sqe_bytes);
-        let buf = q.t.recv_buf.clone();
         let icd = InCapsule::Registered {
-            buf: &buf,
             offset: base + SQE_LEN,
             len: byte_len as usize - SQE_LEN,
         };

@@ -166,11 +166,13 @@ fn run<T: Transport>(
     debug!(group = rt.index, mode = ?rt.mode, "{} poll group running", T::NAME);
     while !stop.load(Ordering::Acquire) {
         let mut work = 0usize;
-        for nq in inbox.take() {
-            t.add_queue(&mut rt, nq);
-            work += 1;
+        if inbox.has_new() {
+            while let Some(nq) = inbox.next() {
+                t.add_queue(&mut rt, nq);
+                work += 1;
+            }
         }
-        let now = Instant::now();
+        let mut now = Instant::now();
         rt.ex.now = now;
         let spin = match rt.mode {
             PollMode::Poll => true,
@@ -187,6 +189,8 @@ fn run<T: Transport>(
             if block && work == 0 {
                 bump(&rt.stats.sleeps, 1);
                 work += rt.wait_events(&mut t, EpollTimeout::from(MAX_SLEEP_MS));
+                // The clock moved while asleep (timers, the adaptive spin window).
+                now = Instant::now();
             } else if T::RECEIVE_BY_EVENTS {
                 work += rt.wait_events(&mut t, EpollTimeout::ZERO);
             }
@@ -196,7 +200,6 @@ fn run<T: Transport>(
         if !rt.waiters.is_empty() {
             rt.retry_waiters(&mut t);
         }
-        let now = Instant::now();
         if now.duration_since(last_timer) >= TIMER_PERIOD {
             last_timer = now;
             rt.timers(&mut t, now);

@@ -82,12 +82,18 @@ pub(super) struct Inbox<N> {
 }
 
 impl<N> Inbox<N> {
-    /// Queues handed over since the last call.
-    pub fn take(&self) -> Vec<N> {
+    /// Whether queues were handed over since the last look (clears the flag). One
+    /// load on the data path; the channel is read only when it says so.
+    pub fn has_new(&self) -> bool {
         if !self.pending.load(Ordering::Acquire) {
-            return Vec::new();
+            return false;
         }
         self.pending.store(false, Ordering::Release);
-        self.rx.try_iter().collect()
+        true
+    }
+
+    /// The next handed-over queue, if any.
+    pub fn next(&self) -> Option<N> {
+        self.rx.try_recv().ok()
     }
 }

@@ -76,6 +76,13 @@ pub trait Transport: Sized + Send + 'static {
     /// (sockets), so the group asks epoll even in a pass that found work.
     const RECEIVE_BY_EVENTS: bool;
 
+    /// The registered buffer [`InCapsule::Registered`] offsets point into (the queue's
+    /// receive buffer), for fabrics that receive capsules in place.
+    fn in_capsule_buffer(
+        _q: &Self::Queue,
+    ) -> Option<&std::sync::Arc<nvmf_common::verbs::DmaBuffer>> {
+        None
+    }
     /// The state shared with the listener through the handle.
     fn shared(&self) -> Self::Shared;
     /// Takes a handed-over queue: registers what it waits on and adds it with

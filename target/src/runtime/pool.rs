@@ -34,6 +34,8 @@ pub struct BufferPool {
     arena: Arc<DmaBuffer>,
     /// The arena's registration, on transports that need one.
     mr: Option<Arc<dyn MemoryRegion>>,
+    /// Its local key (read on every post: kept here, not asked of the region).
+    lkey: u32,
     bump: usize,
     free: Vec<Vec<usize>>,
     max_shift: u32,
@@ -53,6 +55,7 @@ impl BufferPool {
         Some(BufferPool {
             arena,
             mr: None,
+            lkey: 0,
             bump: 0,
             free: vec![Vec::new(); (max_shift - MIN_CLASS_SHIFT + 1) as usize],
             max_shift,
@@ -63,13 +66,15 @@ impl BufferPool {
     /// Registers the arena with `pd` (local write: the device writes RDMA READ data
     /// into it and reads RDMA WRITE data from it).
     pub fn register(&mut self, pd: &dyn ProtectionDomain) -> Result<(), VerbsError> {
-        self.mr = Some(pd.register(self.arena.clone(), Access::LOCAL_WRITE)?);
+        let mr = pd.register(self.arena.clone(), Access::LOCAL_WRITE)?;
+        self.lkey = mr.lkey();
+        self.mr = Some(mr);
         Ok(())
     }
 
     /// The arena's local key (0 when it is not registered).
     pub fn lkey(&self) -> u32 {
-        self.mr.as_ref().map_or(0, |m| m.lkey())
+        self.lkey
     }
 
     /// A buffer of `len` bytes, or None when the arena is exhausted (or `len` is

@@ -109,13 +109,11 @@ pub enum InCapsule<'a> {
     /// Bytes in a receive buffer the transport reuses: copied into the queue's
     /// in-capsule buffer.
     Bytes(&'a [u8]),
-    /// A registered receive buffer that stays put until the slot is recycled: used in
-    /// place.
-    Registered {
-        buf: &'a Arc<DmaBuffer>,
-        offset: usize,
-        len: usize,
-    },
+    /// In the queue's registered receive buffer ([`Transport::in_capsule_buffer`]),
+    /// which stays put until the slot is recycled: used in place. The buffer is named,
+    /// not cloned, so a command without in-capsule data touches no reference count the
+    /// fabric's receive path reads.
+    Registered { offset: usize, len: usize },
 }
 
 impl InCapsule<'_> {
@@ -227,7 +225,7 @@ impl<T: Transport> Runtime<T> {
         bump(&self.stats.commands, 1);
         let draining = self.draining();
         let icd_slot = self.icd_slot;
-        let target = self.target.clone();
+        let target = &self.target;
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
@@ -248,9 +246,8 @@ impl<T: Transport> Runtime<T> {
             return self.release_slot(t, qi, si);
         }
         q.ctx.advance_sq_head();
-        let parsed = sgl::decode(sqe_bytes, icd.len(), T::SGL).and_then(|host| {
-            core::parse(&q.ctx, &target, &mut slot.req, host.len()).map(|()| host)
-        });
+        let parsed = sgl::decode(sqe_bytes, icd.len(), T::SGL)
+            .and_then(|host| core::parse(&q.ctx, target, &mut slot.req, host.len()).map(|()| host));
         let host = match parsed {
             Ok(h) => h,
             Err(st) => {
@@ -264,9 +261,8 @@ impl<T: Transport> Runtime<T> {
             (_, _) if plan.len == 0 => self.execute(t, qi, si),
             (DataDir::HostToCtrl, HostData::InCapsule { offset, len }) => {
                 let data = match icd {
-                    InCapsule::Registered {
-                        buf, offset: base, ..
-                    } => DmaSlice::new(buf.clone(), base + offset, len as usize),
+                    InCapsule::Registered { offset: base, .. } => T::in_capsule_buffer(&q.t)
+                        .and_then(|buf| DmaSlice::new(buf.clone(), base + offset, len as usize)),
                     InCapsule::Bytes(bytes) => {
                         let need = nslots * icd_slot;
                         if q.icd.as_ref().is_none_or(|b| b.len() < need) {
