@@ -65,9 +65,6 @@ const BACKEND_FD_MASK: u64 = 0xFFFF_FFFF;
 /// The handle of a group of transport `T`.
 pub type Handle<T> = GroupHandle<<T as Transport>::NewQueue, <T as Transport>::Shared>;
 
-/// How long one wait may block.
-pub type Wait = EpollTimeout;
-
 /// Everything transport-neutral a poll group owns: its queues and their request
 /// slots, the data buffer pool, the backend channels ([`ExecCtx`]), the epoll set,
 /// the buffer waiters and the counters.

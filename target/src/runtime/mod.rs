@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use nix::sys::epoll::EpollFlags;
 
-pub use group::{spawn, Runtime, Wait};
+pub use group::{spawn, Runtime};
 pub use groups::PollGroups;
 pub use mailbox::GroupHandle;
 pub use pool::{BufferPool, PoolBuf};
