@@ -6,6 +6,7 @@
 //! - [`transport`]: sans-IO transport cores (the NVMe/TCP PDU framer).
 //! - [`config`]: the target's YAML configuration and namespace specs.
 
+pub mod auth;
 pub mod config;
 pub mod transport;
 pub mod types;
