@@ -52,6 +52,17 @@ fn fabrics(fct: u8) -> SqeBytes {
 
 // ---- Fabrics ----
 
+/// DH-HMAC-CHAP Authentication Send (`send`, TL = `len`) or Receive (AL = `len`).
+pub fn auth(send: bool, len: u32) -> SqeBytes {
+    let mut s = fabrics(if send {
+        fctype::AUTH_SEND
+    } else {
+        fctype::AUTH_RECEIVE
+    });
+    nvmf_common::wire::auth::AuthCmd::new_unchecked(&mut s[..]).set_dhchap(send, 0, len);
+    s
+}
+
 /// Fabrics Connect for queue `qid`: `sqsize` is 0-based (entries - 1); `kato_ms` is
 /// only meaningful on the admin queue (0 disables keep-alive). Record format 0.
 pub fn connect(qid: Qid, sqsize: u16, kato_ms: u32) -> SqeBytes {

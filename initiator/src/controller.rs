@@ -41,6 +41,7 @@ use crate::error::{check_status, Error};
 use crate::queue::{Completion, Queue};
 use crate::transport::{DataDir, Fabric, IoBuf, QueueParams};
 
+pub mod auth;
 mod identity;
 mod keep_alive;
 mod options;

@@ -39,6 +39,9 @@ pub enum Error {
     /// A local file could not be read or written.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// In-band authentication (DH-HMAC-CHAP) failed; the message names what failed.
+    #[error("authentication failed: {0}")]
+    Auth(String),
     /// Data read back did not match what was written (perf `--verify`).
     #[error("verification failed: {0}")]
     Verify(String),

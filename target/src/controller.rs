@@ -87,6 +87,9 @@ pub struct Controller {
     events_ready: AtomicBool,
     /// Volatile Write Cache Enable (WCE), mirrored out of the features for the I/O path.
     write_cache_enabled: AtomicBool,
+    /// The DH-HMAC-CHAP policy its queues must satisfy (None: no authentication).
+    /// Read again from the target's hosts when the admin queue re-authenticates.
+    auth: Mutex<Option<Arc<nvmf_common::auth::AuthPolicy>>>,
     inner: Mutex<Inner>,
 }
 
@@ -113,6 +116,7 @@ impl Controller {
             dead: AtomicBool::new(false),
             events_ready: AtomicBool::new(false),
             write_cache_enabled: AtomicBool::new(true),
+            auth: Mutex::new(None),
             inner: Mutex::new(Inner {
                 cc: Cc(0),
                 csts: Csts(0),
@@ -134,6 +138,16 @@ impl Controller {
             params,
             port,
         })
+    }
+
+    /// The DH-HMAC-CHAP policy in force (None: queues need not authenticate).
+    pub fn auth_policy(&self) -> Option<Arc<nvmf_common::auth::AuthPolicy>> {
+        self.auth.lock().clone()
+    }
+
+    /// Replaces the policy (at creation and at the admin queue's re-authentication).
+    pub fn set_auth_policy(&self, p: Option<Arc<nvmf_common::auth::AuthPolicy>>) {
+        *self.auth.lock() = p;
     }
 
     /// CC.EN = 1 and CSTS.RDY = 1: commands other than fabrics ones may run.

@@ -1,5 +1,6 @@
 //! nvmf-target: an NVMe-over-Fabrics target.
 
+pub mod auth;
 pub mod backend;
 pub mod controller;
 pub mod core;

@@ -40,6 +40,8 @@ pub struct Target {
     pub discovery: Arc<Subsystem>,
     ports: RwLock<Vec<Arc<PortInfo>>>,
     genctr: AtomicU64,
+    /// DH-HMAC-CHAP policies of the configured hosts.
+    pub hosts: crate::auth::HostAuthDb,
 }
 
 /// A serial number derived from the NQN when the config gives none (20 hex digits).
@@ -87,6 +89,7 @@ impl Target {
             discovery,
             ports: RwLock::new(Vec::new()),
             genctr: AtomicU64::new(1),
+            hosts: crate::auth::HostAuthDb::default(),
         })
     }
 
@@ -100,6 +103,8 @@ impl Target {
         for p in &cfg.ports {
             target.add_port(port_info(p));
         }
+        let policies = crate::auth::HostPolicies::build(&cfg.hosts).map_err(StartError::Invalid)?;
+        target.hosts.replace(policies);
         Ok(target)
     }
 

@@ -24,6 +24,7 @@
 //! silently falls back to a default.
 
 mod error;
+mod hosts;
 mod locate;
 mod serde_util;
 pub mod spec;
@@ -46,6 +47,7 @@ use crate::types::{Cntlid, Nqn, Nsid};
 
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
+pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use tcp::TcpConfig;
 
 /// NQN of the subsystem [`Config::single`] creates when none is given.
@@ -544,6 +546,9 @@ pub struct Config {
     pub ports: Vec<PortConfig>,
     #[serde(default)]
     pub subsystems: Vec<SubsystemConfig>,
+    /// Hosts with DH-HMAC-CHAP keys ([`HostConfig`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostConfig>,
     #[serde(skip)]
     source: Option<Arc<Source>>,
 }
@@ -554,6 +559,7 @@ impl PartialEq for Config {
             && self.tcp == other.tcp
             && self.ports == other.ports
             && self.subsystems == other.subsystems
+            && self.hosts == other.hosts
     }
 }
 
@@ -683,6 +689,7 @@ impl Config {
                 referrals: Vec::new(),
             }],
             subsystems: vec![subsystem],
+            hosts: Vec::new(),
             source: Some(Arc::new(Source {
                 origin: COMMAND_LINE_ORIGIN.to_string(),
                 text: None,

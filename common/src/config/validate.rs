@@ -49,6 +49,7 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
     check_transport(&mut c, config, &root.key("transport"));
     check_tcp(&mut c, config, &root.key("tcp"));
 
+    check_hosts(&mut c, config, &root.key("hosts"));
     let subsystems = root.key("subsystems");
     let mut nqns: HashMap<&Nqn, usize> = HashMap::new();
     let mut uuids: HashMap<uuid::Uuid, String> = HashMap::new();
@@ -565,5 +566,24 @@ mod tests {
         assert!(device_size("file:").is_err());
         assert!(device_size("ram:").is_err());
         assert!(device_size("ram:lots").is_err());
+    }
+}
+
+/// Host entries: unique NQNs, and keys (and key files) that read and parse.
+fn check_hosts(c: &mut Checker<'_>, config: &Config, path: &KeyPath) {
+    let mut seen: HashMap<&Nqn, usize> = HashMap::new();
+    for (i, h) in config.hosts.iter().enumerate() {
+        let p = path.index(i);
+        if let Some(&first) = seen.get(&h.nqn) {
+            c.err(
+                &p.key("nqn"),
+                format!("duplicate host NQN {} (also hosts[{first}])", h.nqn),
+            );
+        } else {
+            seen.insert(&h.nqn, i);
+        }
+        if let Err((field, msg)) = h.policy() {
+            c.err(&p.key(field), msg);
+        }
     }
 }

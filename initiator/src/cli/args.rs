@@ -62,6 +62,19 @@ pub struct ConnArgs {
     /// NVMe/TCP data digest.
     #[arg(long = "data-digest")]
     pub data_digest: bool,
+    /// DH-HMAC-CHAP secret of this host (`DHHC-1:XX:...:`, as `nvme gen-dhchap-key`
+    /// prints it), used when the controller asks for authentication.
+    #[arg(short = 'S', long = "dhchap-secret", value_name = "DHHC-1:..")]
+    pub dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP secret the controller must prove it knows (bidirectional
+    /// authentication); needs --dhchap-secret.
+    #[arg(
+        short = 'C',
+        long = "dhchap-ctrl-secret",
+        value_name = "DHHC-1:..",
+        requires = "dhchap_secret"
+    )]
+    pub dhchap_ctrl_secret: Option<String>,
     /// Per-command timeout in seconds.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,

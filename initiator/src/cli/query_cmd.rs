@@ -29,6 +29,7 @@ pub(super) fn discover(a: &DiscoverArgs) -> CliResult {
         .map_or(0, |k| k.saturating_mul(MS_PER_SEC));
     o.command_timeout = s.timeout;
     o.connect_timeout = s.timeout;
+    o.dhchap = super::session::dhchap_keys(&a.conn)?;
     let log = discover_log_with(s.fabric.clone(), o)?;
     match a.output_format {
         OutputFormat::Normal => print!("{}", format_discovery_log(&log)),

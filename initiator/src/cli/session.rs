@@ -5,6 +5,7 @@ use std::net::ToSocketAddrs as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nvmf_common::auth::{DhchapSecret, HostKeys};
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::verbs::Device;
 
@@ -168,7 +169,27 @@ pub(super) fn connect_options(
     }
     o.command_timeout = s.timeout;
     o.connect_timeout = s.timeout;
+    o.dhchap = dhchap_keys(conn)?;
     Ok(o)
+}
+
+/// `--dhchap-secret` / `--dhchap-ctrl-secret`, parsed (errors never echo the secret).
+pub(super) fn dhchap_keys(conn: &ConnArgs) -> Result<Option<HostKeys>, CliError> {
+    let parse = |flag: &str, v: &str| {
+        v.parse::<DhchapSecret>()
+            .map_err(|e| CliError::Usage(format!("{flag}: {e}")))
+    };
+    let Some(host) = &conn.dhchap_secret else {
+        return Ok(None);
+    };
+    Ok(Some(HostKeys {
+        host_key: parse("--dhchap-secret", host)?,
+        ctrl_key: conn
+            .dhchap_ctrl_secret
+            .as_deref()
+            .map(|c| parse("--dhchap-ctrl-secret", c))
+            .transpose()?,
+    }))
 }
 
 /// Connects with one I/O queue and runs `f` on namespace `nsid`.

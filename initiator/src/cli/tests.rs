@@ -217,6 +217,8 @@ fn usage_errors_before_connecting() {
         hdr_digest: false,
         data_digest: false,
         timeout: 30,
+        dhchap_secret: None,
+        dhchap_ctrl_secret: None,
         ctrl_loss_tmo: reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
         reconnect_delay: reconnect_args::DEFAULT_RECONNECT_DELAY_SECS,
         config: None,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use nvmf_common::auth::HostKeys;
 use nvmf_common::types::Nqn;
 
 use crate::error::Error;
@@ -36,6 +37,8 @@ pub struct ConnectOptions {
     pub command_timeout: Duration,
     /// How long a transport queue connection may take.
     pub connect_timeout: Duration,
+    /// DH-HMAC-CHAP secrets (nvme-cli `--dhchap-secret`, `--dhchap-ctrl-secret`).
+    pub dhchap: Option<HostKeys>,
 }
 
 impl ConnectOptions {
@@ -59,6 +62,7 @@ impl ConnectOptions {
             kato_ms: if discovery { 0 } else { DEFAULT_KATO_MS },
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            dhchap: None,
         }
     }
 

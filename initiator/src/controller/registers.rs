@@ -65,6 +65,7 @@ pub(super) fn fabrics_connect(
         }
         return Err(Error::nvme(what, c.status));
     }
+    super::auth::after_connect(fabric, q, opts, qid, c.dw0)?;
     Ok(Cntlid((c.dw0 & 0xFFFF) as u16))
 }
 

@@ -52,6 +52,7 @@ pub(super) fn parse(q: &QueueCtx, req: &Request) -> Result<Plan, Status> {
         }
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid.is_admin() => Ok(Plan::NONE),
         fctype::DISCONNECT => Ok(Plan::NONE),
+        fctype::AUTH_SEND | fctype::AUTH_RECEIVE => super::auth::parse(q, req),
         other => {
             warn!(qid = %q.qid, fctype = other, "unsupported fabrics command type");
             Err(Status::generic_dnr(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0))
@@ -68,6 +69,8 @@ pub(super) fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> 
         fctype::CONNECT => connect(q, ex, req),
         fctype::PROPERTY_GET => property_get(q, req),
         fctype::PROPERTY_SET => property_set(q, req),
+        fctype::AUTH_SEND => super::auth::send(q, ex, req),
+        fctype::AUTH_RECEIVE => super::auth::receive(q, ex, req),
         fctype::DISCONNECT => {
             info!(qid = %q.qid, "host sent Disconnect");
             q.disconnect = true;
@@ -170,10 +173,11 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
             q.port.clone(),
         );
         subsys.register_controller(&ctrl);
+        ctrl.set_auth_policy(ex.target.hosts.policy_for(&subsys, &hostnqn));
         info!(%subnqn, %hostnqn, cntlid = %id, kato_ms, sqsize, "admin queue connected");
         q.install(Qid(qid), sqsize, cmd.cattr());
+        req.dw0 = u32::from(id.0) | super::auth::on_connect(q, &ctrl, ex.now);
         q.ctrl = Some(ctrl);
-        req.dw0 = u32::from(id.0);
         return Ok(());
     }
     // I/O queue: join the controller named by CNTLID.
@@ -207,6 +211,7 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     }
     tracing::debug!(%subnqn, %cntlid, qid, sqsize, "I/O queue connected");
     q.install(Qid(qid), sqsize, cmd.cattr());
+    req.dw0 = super::auth::on_connect(q, &ctrl, ex.now);
     q.ctrl = Some(ctrl);
     Ok(())
 }

@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod auth;
 mod discovery;
 mod fabrics;
 mod identify;
@@ -197,6 +198,10 @@ pub struct QueueCtx {
     pub disconnect: bool,
     /// Transport tags of held Asynchronous Event Requests.
     pub held_aers: Vec<u64>,
+    /// DH-HMAC-CHAP state, when the queue's controller asks for authentication.
+    pub auth: Option<Box<nvmf_common::auth::ControllerAuth>>,
+    /// When the authentication transaction under way expires.
+    pub auth_deadline: Option<Instant>,
 }
 
 impl QueueCtx {
@@ -212,6 +217,8 @@ impl QueueCtx {
             sq_head: 0,
             disconnect: false,
             held_aers: Vec::new(),
+            auth: None,
+            auth_deadline: None,
         }
     }
 
@@ -272,6 +279,11 @@ impl QueueCtx {
         }
         let ev = ctrl.pop_event()?;
         Some((self.held_aers.remove(0), ev))
+    }
+
+    /// Whether this queue's authentication transaction has run out of time.
+    pub fn auth_expired(&self, now: Instant) -> bool {
+        self.auth_deadline.is_some_and(|d| now >= d)
     }
 
     /// Releases what the queue holds in its controller; called once when it ends.
@@ -433,6 +445,9 @@ fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan,
     };
     if ctrl.is_dead() {
         return Err(Status::generic_retryable(generic::COMMAND_SEQUENCE_ERROR));
+    }
+    if let Some(st) = auth::gate(q, req) {
+        return Err(st);
     }
     if opcode == FABRICS_OPCODE {
         return fabrics::parse(q, req);

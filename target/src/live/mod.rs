@@ -165,13 +165,21 @@ impl Live {
         let plan = plan::plan(running, &new, &self.target, &can, resize).inspect_err(|e| {
             warn!("configuration change refused: {e}");
         })?;
+        // Key files are read again on every change, so a rotated file applies too.
+        let policies = crate::auth::HostPolicies::build(&new.hosts).inspect_err(|e| {
+            warn!("configuration change refused: {e}");
+        })?;
         self.bind_ports(running, &plan.steps)?;
         self.swap_in(plan.steps);
-        for c in &plan.changes {
+        let mut changes = plan.changes;
+        for host in self.target.hosts.replace(policies) {
+            changes.push(format!("host {host}: DH-HMAC-CHAP policy changed"));
+        }
+        for c in &changes {
             info!("live change: {c}");
         }
         *running = new;
-        Ok(plan.changes)
+        Ok(changes)
     }
 
     /// Listener changes first: they are the only steps that can still fail. On failure,

@@ -116,6 +116,7 @@ fn restart_only(c: &Config) -> Result<String, String> {
     let mut c = c.clone();
     c.ports.clear();
     c.subsystems.clear();
+    c.hosts.clear();
     c.to_yaml().map_err(|e| e.to_string())
 }
 

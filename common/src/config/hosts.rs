@@ -1,0 +1,200 @@
+//! Hosts and their in-band authentication (configfs `hosts/NQN/dhchap_*`):
+//!
+//! ```yaml
+//! hosts:
+//!   - nqn: nqn.2014-08.org.nvmexpress:uuid:...
+//!     dhchap_key: "DHHC-1:01:...:"          # or dhchap_key_file: /etc/nvmf/host1.key
+//!     dhchap_ctrl_key_file: /etc/nvmf/ctrl.key  # optional: bidirectional
+//!     dhchap_hash: [hmac(sha384), hmac(sha512)]  # allowed; default all three
+//!     dhchap_dhgroup: ffdhe3072                 # one or a list; default all six
+//! ```
+//!
+//! A host with a key must authenticate (DH-HMAC-CHAP) to every subsystem that lists it
+//! in `allowed_hosts`; as in nvmet, a subsystem that allows any host and the discovery
+//! subsystem do not ask. Key files are read when the configuration is applied (start,
+//! SIGHUP, `check-config`) and must not be readable by group or others.
+
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+use super::serde_util;
+use crate::auth::{AuthPolicy, DhGroup, DhchapSecret, HashId};
+use crate::types::Nqn;
+
+/// File mode bits that must be clear on a key file (group and others).
+const KEY_FILE_FORBIDDEN_MODE: u32 = 0o077;
+
+/// A host entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    #[serde(with = "serde_util::nqn")]
+    pub nqn: Nqn,
+    /// The host's secret, inline (`DHHC-1:XX:...:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<KeyText>,
+    /// The host's secret, from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key_file: Option<PathBuf>,
+    /// The controller's secret (bidirectional authentication), inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key: Option<KeyText>,
+    /// The controller's secret, from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key_file: Option<PathBuf>,
+    /// Allowed hash functions (`hmac(sha256)`, ...): one name or a list; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    pub dhchap_hash: Vec<String>,
+    /// Allowed DH groups (`null`, `ffdhe2048`, ...): one name or a list; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
+    pub dhchap_dhgroup: Vec<String>,
+}
+
+/// Secret text from the configuration: zeroed on drop, compared in constant time,
+/// never shown by Debug.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct KeyText(Zeroizing<String>);
+
+impl KeyText {
+    pub fn new(s: &str) -> KeyText {
+        KeyText(Zeroizing::new(s.to_owned()))
+    }
+}
+
+impl PartialEq for KeyText {
+    fn eq(&self, o: &KeyText) -> bool {
+        bool::from(self.0.as_bytes().ct_eq(o.0.as_bytes()))
+    }
+}
+
+impl Eq for KeyText {}
+
+impl fmt::Debug for KeyText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl HostConfig {
+    /// A host entry without authentication.
+    pub fn new(nqn: Nqn) -> HostConfig {
+        HostConfig {
+            nqn,
+            dhchap_key: None,
+            dhchap_key_file: None,
+            dhchap_ctrl_key: None,
+            dhchap_ctrl_key_file: None,
+            dhchap_hash: Vec::new(),
+            dhchap_dhgroup: Vec::new(),
+        }
+    }
+
+    /// Whether the host has a key (so it must authenticate).
+    pub fn has_key(&self) -> bool {
+        self.dhchap_key.is_some() || self.dhchap_key_file.is_some()
+    }
+
+    /// Reads the keys (and key files) into a policy; None when the host has no key.
+    /// Errors name the field and never contain the secret.
+    pub fn policy(&self) -> Result<Option<AuthPolicy>, (&'static str, String)> {
+        let host_key = secret(&self.dhchap_key, &self.dhchap_key_file, "dhchap_key")?;
+        let ctrl_key = secret(
+            &self.dhchap_ctrl_key,
+            &self.dhchap_ctrl_key_file,
+            "dhchap_ctrl_key",
+        )?;
+        let hashes = names(&self.dhchap_hash, &HashId::ALL, HashId::from_name).map_err(|n| {
+            (
+                "dhchap_hash",
+                format!("unknown hash function {n:?} (hmac(sha256), hmac(sha384) or hmac(sha512))"),
+            )
+        })?;
+        let groups = names(&self.dhchap_dhgroup, &DhGroup::ALL, DhGroup::from_name)
+            .map_err(|n| ("dhchap_dhgroup", format!("unknown DH group {n:?} (null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192)")))?;
+        match host_key {
+            Some(host_key) => Ok(Some(AuthPolicy {
+                host_key,
+                ctrl_key,
+                hashes,
+                groups,
+            })),
+            None if ctrl_key.is_some() => Err((
+                "dhchap_ctrl_key",
+                "a controller key needs a host key (dhchap_key) too".into(),
+            )),
+            None => Ok(None),
+        }
+    }
+}
+
+fn names<T: Copy>(v: &[String], all: &[T], parse: fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    if v.is_empty() {
+        return Ok(all.to_vec());
+    }
+    v.iter()
+        .map(|n| parse(n).ok_or_else(|| n.clone()))
+        .collect()
+}
+
+fn secret(
+    inline: &Option<KeyText>,
+    file: &Option<PathBuf>,
+    field: &'static str,
+) -> Result<Option<DhchapSecret>, (&'static str, String)> {
+    let text = match (inline, file) {
+        (Some(_), Some(_)) => {
+            return Err((field, format!("give {field} or {field}_file, not both")));
+        }
+        (Some(k), None) => Zeroizing::new(k.0.to_string()),
+        (None, Some(p)) => read_key_file(p).map_err(|e| (field, e))?,
+        (None, None) => return Ok(None),
+    };
+    text.parse::<DhchapSecret>()
+        .map(Some)
+        .map_err(|e| (field, format!("invalid DH-HMAC-CHAP secret: {e}")))
+}
+
+/// Reads a key file, refusing one that group or others may read.
+pub fn read_key_file(p: &Path) -> Result<Zeroizing<String>, String> {
+    let meta =
+        std::fs::metadata(p).map_err(|e| format!("cannot read key file {}: {e}", p.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & KEY_FILE_FORBIDDEN_MODE != 0 {
+        return Err(format!(
+            "key file {} is readable by group or others (mode {:o}); chmod 600 it",
+            p.display(),
+            mode & 0o777
+        ));
+    }
+    std::fs::read_to_string(p)
+        .map(|s| Zeroizing::new(s.trim().to_owned()))
+        .map_err(|e| format!("cannot read key file {}: {e}", p.display()))
+}
+
+mod one_or_many {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+
+    pub(super) fn serialize<S: Serializer>(v: &[String], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        })
+    }
+}
