@@ -6,8 +6,9 @@
 //! command but Authentication Send/Receive and Disconnect completes with
 //! Authentication Required (SCT 1h, SC 91h, DNR) — Property Get/Set included, as SPDK
 //! (nvmet lets them through). A failed exchange ends the controller after the
-//! response that reports it; so does a transaction that stalls longer than the
-//! keep-alive timeout (120 s without one), as in nvmet.
+//! response that reports it (after a short grace, so that response arrives first);
+//! so does a transaction that stalls longer than the keep-alive timeout (120 s
+//! without one), as in nvmet.
 //!
 //! A queue whose controller asks for no authentication refuses both commands with
 //! Command Sequence Error (nvmet would run the exchange and fail it at the Reply).
@@ -27,6 +28,10 @@ use crate::controller::Controller;
 
 /// How long a transaction may stall when the host set no keep-alive timeout (nvmet).
 const DEFAULT_AUTH_TIMEOUT: Duration = Duration::from_secs(120);
+/// After a failed exchange, how long the queue stays (refusing everything) before its
+/// controller ends, so the response reporting the failure reaches the host before the
+/// connection goes (nvmet ends it from a work item, too).
+const FAILURE_GRACE: Duration = Duration::from_millis(500);
 
 fn timeout(ctrl: &Controller) -> Duration {
     match ctrl.kato_ms() {
@@ -160,15 +165,13 @@ pub(super) fn receive(q: &mut QueueCtx, ex: &ExecCtx, req: &mut Request) -> Resu
     Ok(())
 }
 
-/// Re-arms or clears the transaction deadline; ends a controller whose queue failed.
+/// Re-arms or clears the deadline: the transaction's, or the short one after which a
+/// failed queue's controller ends ([`QueueCtx::auth_expired`]).
 fn after(q: &mut QueueCtx, ctrl: &Controller, now: Instant) {
     let Some(auth) = &q.auth else { return };
-    q.auth_deadline = auth.in_transaction().then(|| now + timeout(ctrl));
-    if auth.must_end() {
-        ctrl.fatal(&format!(
-            "qid {}: DH-HMAC-CHAP authentication failed",
-            q.qid
-        ));
-        q.disconnect = true;
-    }
+    q.auth_deadline = if auth.must_end() {
+        Some(now + FAILURE_GRACE)
+    } else {
+        auth.in_transaction().then(|| now + timeout(ctrl))
+    };
 }

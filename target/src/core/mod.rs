@@ -281,9 +281,16 @@ impl QueueCtx {
         Some((self.held_aers.remove(0), ev))
     }
 
-    /// Whether this queue's authentication transaction has run out of time.
-    pub fn auth_expired(&self, now: Instant) -> bool {
-        self.auth_deadline.is_some_and(|d| now >= d)
+    /// Why this queue's controller must end now, if it must: its authentication
+    /// failed (and the grace passed) or its transaction stalled past the deadline.
+    pub fn auth_expired(&self, now: Instant) -> Option<&'static str> {
+        if !self.auth_deadline.is_some_and(|d| now >= d) {
+            return None;
+        }
+        Some(match &self.auth {
+            Some(a) if a.must_end() => "DH-HMAC-CHAP authentication failed",
+            _ => "DH-HMAC-CHAP transaction timed out",
+        })
     }
 
     /// Releases what the queue holds in its controller; called once when it ends.

@@ -320,11 +320,8 @@ impl<T: Transport> Runtime<T> {
                 if q.ctx.qid.is_admin() {
                     ctrl.check_keep_alive(now);
                 }
-                if q.ctx.auth_expired(now) {
-                    ctrl.fatal(&format!(
-                        "qid {}: DH-HMAC-CHAP transaction timed out",
-                        q.ctx.qid
-                    ));
+                if let Some(why) = q.ctx.auth_expired(now) {
+                    ctrl.fatal(&format!("qid {}: {why}", q.ctx.qid));
                 }
                 if ctrl.is_dead() {
                     kill.push(qi as u16);
