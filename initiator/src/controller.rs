@@ -331,6 +331,35 @@ impl Controller {
         )
     }
 
+    /// Re-authenticates (DH-HMAC-CHAP) the admin queue, then the I/O queues the
+    /// controller still holds, with the secrets in [`ConnectOptions::dhchap`] (as the
+    /// Linux host does when its `dhchap_secret` is written). Queues already taken by
+    /// [`Controller::take_io_queues`] are the caller's: see [`auth::authenticate`].
+    pub fn reauthenticate(&self) -> Result<(), Error> {
+        let Some(keys) = &self.opts.dhchap else {
+            return Err(Error::InvalidArgument(
+                "no DH-HMAC-CHAP secret to authenticate with".into(),
+            ));
+        };
+        auth::authenticate(
+            self.fabric.as_ref(),
+            &mut self.admin.lock(),
+            &self.opts,
+            Qid::ADMIN,
+            keys,
+        )?;
+        for q in self.io_queues.lock().iter_mut() {
+            let qid = q.qid();
+            auth::authenticate(self.fabric.as_ref(), q, &self.opts, qid, keys)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the secrets used by the next [`Controller::reauthenticate`].
+    pub fn set_dhchap(&mut self, keys: Option<nvmf_common::auth::HostKeys>) {
+        self.opts.dhchap = keys;
+    }
+
     /// Executes an admin command with the command timeout; the status is not checked.
     pub fn admin_execute(
         &self,

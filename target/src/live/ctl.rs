@@ -10,6 +10,7 @@
 //! {"op":"resize-ns","nqn":"...","nsid":1}
 //! {"op":"add-host","nqn":"...","host":"nqn.2014-08.org.nvmexpress:uuid:..."}
 //! {"op":"remove-host","nqn":"...","host":"..."}
+//! {"op":"set-host-key","host":"...","key_file":"/etc/nvmf/h1.key"}
 //! {"op":"reload"}
 //! {"op":"status"}
 //! ```
@@ -65,6 +66,15 @@ pub enum Request {
     RemoveHost {
         nqn: String,
         host: String,
+    },
+    SetHostKey {
+        host: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key_file: Option<PathBuf>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ctrl_key_file: Option<PathBuf>,
+        #[serde(default)]
+        clear_ctrl_key: bool,
     },
     Reload,
     Status,
@@ -130,6 +140,17 @@ pub fn handle(live: &Live, req: &Request) -> Response {
         Request::ResizeNs { nqn, nsid } => Op::ResizeNs { nqn, nsid },
         Request::AddHost { nqn, host } => Op::AddHost { nqn, host },
         Request::RemoveHost { nqn, host } => Op::RemoveHost { nqn, host },
+        Request::SetHostKey {
+            host,
+            key_file,
+            ctrl_key_file,
+            clear_ctrl_key,
+        } => Op::SetHostKey {
+            host,
+            key_file,
+            ctrl_key_file,
+            clear_ctrl_key,
+        },
     };
     Response::from_result(live.execute(&op))
 }
@@ -265,6 +286,18 @@ pub enum CtlCommand {
     AddHost { nqn: String, host: String },
     /// Remove a host NQN from a subsystem's allowed hosts.
     RemoveHost { nqn: String, host: String },
+    /// Set a host's DH-HMAC-CHAP key files (mode 0600; the target reads them, the
+    /// secrets never cross the socket); used from the host's next authentication.
+    SetHostKey {
+        host: String,
+        #[arg(long = "dhchap-key-file")]
+        key_file: Option<PathBuf>,
+        #[arg(long = "dhchap-ctrl-key-file")]
+        ctrl_key_file: Option<PathBuf>,
+        /// Drop the controller key (unidirectional authentication from now on).
+        #[arg(long = "clear-ctrl-key")]
+        clear_ctrl_key: bool,
+    },
     /// Re-read the configuration file (as SIGHUP does).
     Reload,
     /// Show ports, subsystems, namespaces, connected hosts and queue counts.
@@ -291,10 +324,26 @@ impl CtlCommand {
             CtlCommand::ResizeNs { nqn, nsid } => Request::ResizeNs { nqn, nsid },
             CtlCommand::AddHost { nqn, host } => Request::AddHost { nqn, host },
             CtlCommand::RemoveHost { nqn, host } => Request::RemoveHost { nqn, host },
+            CtlCommand::SetHostKey {
+                host,
+                key_file,
+                ctrl_key_file,
+                clear_ctrl_key,
+            } => Request::SetHostKey {
+                host,
+                key_file: key_file.map(absolute),
+                ctrl_key_file: ctrl_key_file.map(absolute),
+                clear_ctrl_key,
+            },
             CtlCommand::Reload => Request::Reload,
             CtlCommand::Status { .. } => Request::Status,
         }
     }
+}
+
+/// A key file path as the target (another working directory) must see it.
+fn absolute(p: PathBuf) -> PathBuf {
+    std::path::absolute(&p).unwrap_or(p)
 }
 
 /// Runs `cmd` against the target at `path`, prints the outcome; returns whether it

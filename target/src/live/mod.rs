@@ -25,7 +25,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use nvmf_common::config::{Config, NamespaceConfig, TrType};
+use nvmf_common::config::{Config, HostConfig, NamespaceConfig, TrType};
 use nvmf_common::types::{Nqn, Nsid};
 
 use crate::params::PortInfo;
@@ -94,6 +94,15 @@ pub enum Op {
     RemoveHost {
         nqn: String,
         host: String,
+    },
+    /// Sets a host's DH-HMAC-CHAP key files (read by the target; secrets never travel
+    /// over the socket). Applies from the host's next authentication.
+    SetHostKey {
+        host: String,
+        key_file: Option<PathBuf>,
+        ctrl_key_file: Option<PathBuf>,
+        /// Drop the controller key (unidirectional from now on).
+        clear_ctrl_key: bool,
     },
 }
 
@@ -311,6 +320,12 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
         | Op::ResizeNs { nqn, .. }
         | Op::AddHost { nqn, .. }
         | Op::RemoveHost { nqn, .. } => nqn,
+        Op::SetHostKey {
+            host,
+            key_file,
+            ctrl_key_file,
+            clear_ctrl_key,
+        } => return set_host_key(cfg, host, key_file, ctrl_key_file, *clear_ctrl_key),
     };
     let key = Nqn::new(nqn.clone()).map_err(|e| format!("subsystem NQN {nqn:?}: {e}"))?;
     let Some(sub) = cfg.subsystems.iter_mut().find(|s| s.nqn == key) else {
@@ -360,6 +375,48 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
                 return Err(format!("host {host} is not in the allowed hosts of {nqn}"));
             }
         }
+        // Returned above: it names a host, not a subsystem.
+        Op::SetHostKey { .. } => {}
+    }
+    Ok(())
+}
+
+/// `ctl set-host-key`: points the host's entry at new key files (creating the entry).
+fn set_host_key(
+    cfg: &mut Config,
+    host: &str,
+    key_file: &Option<PathBuf>,
+    ctrl_key_file: &Option<PathBuf>,
+    clear_ctrl_key: bool,
+) -> Result<(), String> {
+    let h = Nqn::new(host).map_err(|e| format!("host NQN {host:?}: {e}"))?;
+    if key_file.is_none() && ctrl_key_file.is_none() && !clear_ctrl_key {
+        return Err(
+            "nothing to set: give --dhchap-key-file, --dhchap-ctrl-key-file or --clear-ctrl-key"
+                .into(),
+        );
+    }
+    let i = match cfg.hosts.iter().position(|e| e.nqn == h) {
+        Some(i) => i,
+        None => {
+            cfg.hosts.push(HostConfig::new(h));
+            cfg.hosts.len() - 1
+        }
+    };
+    let Some(e) = cfg.hosts.get_mut(i) else {
+        return Err(format!("host {host}: entry vanished"));
+    };
+    if let Some(f) = key_file {
+        e.dhchap_key = None;
+        e.dhchap_key_file = Some(f.clone());
+    }
+    if let Some(f) = ctrl_key_file {
+        e.dhchap_ctrl_key = None;
+        e.dhchap_ctrl_key_file = Some(f.clone());
+    }
+    if clear_ctrl_key {
+        e.dhchap_ctrl_key = None;
+        e.dhchap_ctrl_key_file = None;
     }
     Ok(())
 }
