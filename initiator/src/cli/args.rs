@@ -65,7 +65,7 @@ pub struct ConnArgs {
     /// DH-HMAC-CHAP secret of this host (`DHHC-1:XX:...:`, as `nvme gen-dhchap-key`
     /// prints it), used when the controller asks for authentication.
     #[arg(short = 'S', long = "dhchap-secret", value_name = "DHHC-1:..")]
-    pub dhchap_secret: Option<String>,
+    pub dhchap_secret: Option<SecretArg>,
     /// DH-HMAC-CHAP secret the controller must prove it knows (bidirectional
     /// authentication); needs --dhchap-secret.
     #[arg(
@@ -74,7 +74,7 @@ pub struct ConnArgs {
         value_name = "DHHC-1:..",
         requires = "dhchap_secret"
     )]
-    pub dhchap_ctrl_secret: Option<String>,
+    pub dhchap_ctrl_secret: Option<SecretArg>,
     /// Per-command timeout in seconds.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,
@@ -241,4 +241,22 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 fn parse_size(s: &str) -> Result<u64, String> {
     perf::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// A secret given on the command line: kept as typed (parsed later, so an error never
+/// echoes it), zeroed on drop, and never shown by Debug.
+#[derive(Clone)]
+pub struct SecretArg(pub zeroize::Zeroizing<String>);
+
+impl std::str::FromStr for SecretArg {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretArg(zeroize::Zeroizing::new(s.to_owned())))
+    }
+}
+
+impl std::fmt::Debug for SecretArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }

@@ -183,11 +183,11 @@ pub(super) fn dhchap_keys(conn: &ConnArgs) -> Result<Option<HostKeys>, CliError>
         return Ok(None);
     };
     Ok(Some(HostKeys {
-        host_key: parse("--dhchap-secret", host)?,
+        host_key: parse("--dhchap-secret", &host.0)?,
         ctrl_key: conn
             .dhchap_ctrl_secret
-            .as_deref()
-            .map(|c| parse("--dhchap-ctrl-secret", c))
+            .as_ref()
+            .map(|c| parse("--dhchap-ctrl-secret", &c.0))
             .transpose()?,
     }))
 }

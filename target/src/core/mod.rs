@@ -295,6 +295,14 @@ impl QueueCtx {
 
     /// Releases what the queue holds in its controller; called once when it ends.
     pub fn teardown(&mut self) {
+        if let (Some(a), Some(c)) = (&self.auth, &self.ctrl) {
+            if !a.is_authenticated() && !a.must_end() {
+                tracing::warn!(
+                    qid = %self.qid, cntlid = %c.cntlid, host = %c.hostnqn,
+                    "queue closed before DH-HMAC-CHAP authentication completed"
+                );
+            }
+        }
         if let Some(c) = self.ctrl.take() {
             if self.qid.is_admin() {
                 c.release();
