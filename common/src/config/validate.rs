@@ -539,6 +539,25 @@ fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
     Ok(None)
 }
 
+/// Host entries: unique NQNs, and keys (and key files) that read and parse.
+fn check_hosts(c: &mut Checker<'_>, config: &Config, path: &KeyPath) {
+    let mut seen: HashMap<&Nqn, usize> = HashMap::new();
+    for (i, h) in config.hosts.iter().enumerate() {
+        let p = path.index(i);
+        if let Some(&first) = seen.get(&h.nqn) {
+            c.err(
+                &p.key("nqn"),
+                format!("duplicate host NQN {} (also hosts[{first}])", h.nqn),
+            );
+        } else {
+            seen.insert(&h.nqn, i);
+        }
+        if let Err((field, msg)) = h.policy() {
+            c.err(&p.key(field), msg);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,24 +585,5 @@ mod tests {
         assert!(device_size("file:").is_err());
         assert!(device_size("ram:").is_err());
         assert!(device_size("ram:lots").is_err());
-    }
-}
-
-/// Host entries: unique NQNs, and keys (and key files) that read and parse.
-fn check_hosts(c: &mut Checker<'_>, config: &Config, path: &KeyPath) {
-    let mut seen: HashMap<&Nqn, usize> = HashMap::new();
-    for (i, h) in config.hosts.iter().enumerate() {
-        let p = path.index(i);
-        if let Some(&first) = seen.get(&h.nqn) {
-            c.err(
-                &p.key("nqn"),
-                format!("duplicate host NQN {} (also hosts[{first}])", h.nqn),
-            );
-        } else {
-            seen.insert(&h.nqn, i);
-        }
-        if let Err((field, msg)) = h.policy() {
-            c.err(&p.key(field), msg);
-        }
     }
 }

@@ -284,7 +284,7 @@ impl QueueCtx {
     /// Why this queue's controller must end now, if it must: its authentication
     /// failed (and the grace passed) or its transaction stalled past the deadline.
     pub fn auth_expired(&self, now: Instant) -> Option<&'static str> {
-        if !self.auth_deadline.is_some_and(|d| now >= d) {
+        if self.auth_deadline.is_none_or(|d| now < d) {
             return None;
         }
         Some(match &self.auth {
