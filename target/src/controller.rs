@@ -64,6 +64,7 @@ struct Inner {
     /// Event types reported and not yet cleared by reading their log page.
     masked_notice_ns: bool,
     masked_disc: bool,
+    masked_ana: bool,
     changed_ns: Vec<u32>,
     changed_ns_overflow: bool,
     errors: VecDeque<ErrorRecord>,
@@ -103,7 +104,8 @@ impl Controller {
         params: Arc<TargetParams>,
         port: Arc<PortInfo>,
     ) -> Arc<Self> {
-        let aen = aen_cfg::NS_ATTR;
+        // nvmet's default (NVMET_AEN_CFG_OPTIONAL): namespace and ANA changes.
+        let aen = aen_cfg::NS_ATTR | aen_cfg::ANA_CHANGE;
         Arc::new(Controller {
             cntlid,
             subsys,
@@ -130,6 +132,7 @@ impl Controller {
                 pending_events: VecDeque::new(),
                 masked_notice_ns: false,
                 masked_disc: false,
+                masked_ana: false,
                 changed_ns: Vec::new(),
                 changed_ns_overflow: false,
                 errors: VecDeque::new(),
@@ -383,6 +386,24 @@ impl Controller {
                 lid::CHANGED_NS,
             );
             self.push_event(&mut g, dw0);
+        }
+    }
+
+    /// An ANA group's state changed on this controller's port: raise an ANA Change
+    /// notice if enabled and not masked (until the host reads the ANA log page).
+    pub fn ana_changed(&self) {
+        let mut g = self.inner.lock();
+        if g.features.async_event_config & aen_cfg::ANA_CHANGE != 0 && !g.masked_ana {
+            g.masked_ana = true;
+            let dw0 = aer_result(aer_type::NOTICE, aer_notice::ANA_CHANGE, lid::ANA);
+            self.push_event(&mut g, dw0);
+        }
+    }
+
+    /// Unmasks the ANA change notice (the host read the ANA log page without RAE).
+    pub fn ana_log_read(&self, retain: bool) {
+        if !retain {
+            self.inner.lock().masked_ana = false;
         }
     }
 

@@ -1,5 +1,6 @@
 //! nvmf-target: an NVMe-over-Fabrics target.
 
+pub mod ana;
 pub mod auth;
 pub mod backend;
 pub mod controller;

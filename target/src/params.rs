@@ -67,6 +67,8 @@ pub struct PortInfo {
     pub subsystems: Vec<String>,
     /// Other discovery controllers this port's discovery log refers hosts to.
     pub referrals: Vec<ReferralInfo>,
+    /// ANA states of the port's groups (shared by every description of the port).
+    pub ana: crate::ana::AnaRef,
 }
 
 impl PortInfo {

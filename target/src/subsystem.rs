@@ -38,6 +38,8 @@ pub struct Namespace {
     pub nguid: [u8; 16],
     /// Unique per namespace instance; backend channels are cached by it.
     pub instance: u64,
+    /// ANA group (1..=128).
+    pub anagrpid: u32,
 }
 
 static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -69,7 +71,14 @@ impl Namespace {
             uuid,
             nguid,
             instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
         }
+    }
+
+    /// The same namespace in ANA group `grpid`.
+    pub fn with_anagrpid(mut self, grpid: u32) -> Self {
+        self.anagrpid = grpid;
+        self
     }
 
     pub fn size_bytes(&self) -> u64 {

@@ -42,6 +42,8 @@ pub struct Target {
     genctr: AtomicU64,
     /// DH-HMAC-CHAP policies of the configured hosts.
     pub hosts: crate::auth::HostAuthDb,
+    /// ANA states per port.
+    pub ana: crate::ana::AnaPorts,
 }
 
 /// A serial number derived from the NQN when the config gives none (20 hex digits).
@@ -90,6 +92,7 @@ impl Target {
             ports: RwLock::new(Vec::new()),
             genctr: AtomicU64::new(1),
             hosts: crate::auth::HostAuthDb::default(),
+            ana: crate::ana::AnaPorts::default(),
         })
     }
 
@@ -101,7 +104,9 @@ impl Target {
             target.add_subsystem(build_subsystem(s)?);
         }
         for p in &cfg.ports {
-            target.add_port(port_info(p));
+            let info = target.port_info(p);
+            info.ana.0.apply(&p.ana_groups);
+            target.add_port(info);
         }
         let policies = crate::auth::HostPolicies::build(&cfg.hosts).map_err(StartError::Invalid)?;
         target.hosts.replace(policies);
@@ -322,11 +327,38 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
     let nguid = n
         .nguid_bytes()
         .unwrap_or_else(|| stable_id(subnqn.as_str(), n.nsid.0, 1));
-    Ok(Namespace::new(n.nsid, backend, uuid, nguid))
+    Ok(Namespace::new(n.nsid, backend, uuid, nguid).with_anagrpid(n.anagrpid()))
+}
+
+impl Target {
+    /// The description of port `p`, sharing the port's ANA states.
+    pub fn port_info(&self, p: &PortConfig) -> PortInfo {
+        port_info(p, self.ana.for_port(p.portid))
+    }
+
+    /// Applies port `p`'s ANA states; controllers connected through it that changed
+    /// get an ANA change notice. Returns what changed, for the log.
+    pub fn apply_ana(&self, p: &PortConfig) -> Vec<String> {
+        let changed = self.ana.for_port(p.portid).0.apply(&p.ana_groups);
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        for s in self.subsystems() {
+            for c in s.controllers() {
+                if c.port.portid == p.portid {
+                    c.ana_changed();
+                }
+            }
+        }
+        changed
+            .into_iter()
+            .map(|(g, st)| format!("port {}: ANA group {g} is {st}", p.portid))
+            .collect()
+    }
 }
 
 /// The port description used by discovery and Identify Controller.
-pub fn port_info(p: &PortConfig) -> PortInfo {
+pub fn port_info(p: &PortConfig, ana: crate::ana::AnaRef) -> PortInfo {
     PortInfo {
         portid: p.portid,
         trtype: p.trtype,
@@ -350,5 +382,6 @@ pub fn port_info(p: &PortConfig) -> PortInfo {
                 portid: r.portid,
             })
             .collect(),
+        ana,
     }
 }

@@ -23,6 +23,7 @@
 //! subsystems[0].namespaces[1].nsid: ...`). Unknown keys are errors, so a typo never
 //! silently falls back to a default.
 
+mod ana;
 mod error;
 mod hosts;
 mod locate;
@@ -45,6 +46,7 @@ use uuid::Uuid;
 
 use crate::types::{Cntlid, Nqn, Nsid};
 
+pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
 pub use hosts::{read_key_file, HostConfig, KeyText};
@@ -244,6 +246,9 @@ pub struct PortConfig {
     /// Other discovery controllers to list in this port's discovery log.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub referrals: Vec<ReferralConfig>,
+    /// ANA group states on this port; groups not listed are optimized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ana_groups: Vec<AnaGroupConfig>,
 }
 
 impl PortConfig {
@@ -408,6 +413,9 @@ pub struct NamespaceConfig {
     /// Namespace globally unique identifier; `None`: not reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nguid: Option<Nguid>,
+    /// ANA group (configfs `ana_grpid`), 1 to 128; `None`: group 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anagrpid: Option<u32>,
 }
 
 impl NamespaceConfig {
@@ -421,7 +429,13 @@ impl NamespaceConfig {
             block_size: None,
             uuid: None,
             nguid: None,
+            anagrpid: None,
         }
+    }
+
+    /// The namespace's ANA group.
+    pub fn anagrpid(&self) -> u32 {
+        self.anagrpid.unwrap_or(crate::wire::ana::DEFAULT_GROUP)
     }
 
     /// The configured UUID's 16 bytes (big-endian, as in the Namespace Identification
@@ -687,6 +701,7 @@ impl Config {
                 adrfam: None,
                 subsystems: vec![nqn],
                 referrals: Vec::new(),
+                ana_groups: Vec::new(),
             }],
             subsystems: vec![subsystem],
             hosts: Vec::new(),

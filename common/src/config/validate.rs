@@ -50,6 +50,7 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
     check_tcp(&mut c, config, &root.key("tcp"));
 
     check_hosts(&mut c, config, &root.key("hosts"));
+    check_ana(&mut c, config);
     let subsystems = root.key("subsystems");
     let mut nqns: HashMap<&Nqn, usize> = HashMap::new();
     let mut uuids: HashMap<uuid::Uuid, String> = HashMap::new();
@@ -537,6 +538,35 @@ fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
         return Err(format!("{spec:?}: empty path"));
     }
     Ok(None)
+}
+
+/// ANA group ids: 1..=128, each state given once per port.
+fn check_ana(c: &mut Checker<'_>, config: &Config) {
+    let max = crate::wire::ana::MAX_GROUPS;
+    let ports = KeyPath::root().key("ports");
+    for (i, p) in config.ports.iter().enumerate() {
+        let mut seen = HashSet::new();
+        for (j, g) in p.ana_groups.iter().enumerate() {
+            let path = ports.index(i).key("ana_groups").index(j).key("grpid");
+            if g.grpid == 0 || g.grpid > max {
+                c.err(
+                    &path,
+                    format!("ANA group id {} is not in 1..={max}", g.grpid),
+                );
+            } else if !seen.insert(g.grpid) {
+                c.err(&path, format!("ANA group {} listed twice", g.grpid));
+            }
+        }
+    }
+    let subs = KeyPath::root().key("subsystems");
+    for (i, s) in config.subsystems.iter().enumerate() {
+        for (j, n) in s.namespaces.iter().enumerate() {
+            if let Some(g) = n.anagrpid.filter(|g| *g == 0 || *g > max) {
+                let path = subs.index(i).key("namespaces").index(j).key("anagrpid");
+                c.err(&path, format!("ANA group id {g} is not in 1..={max}"));
+            }
+        }
+    }
 }
 
 /// Host entries: unique NQNs, and keys (and key files) that read and parse.

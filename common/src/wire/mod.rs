@@ -13,6 +13,7 @@
 use core::ops::Range;
 
 pub mod admin;
+pub mod ana;
 pub mod auth;
 pub mod cqe;
 pub mod fabrics;

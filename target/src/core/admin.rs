@@ -7,6 +7,7 @@ use tracing::{debug, warn};
 
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_encode, opcode, sel};
+use nvmf_common::wire::ana;
 use nvmf_common::wire::identify::IDENTIFY_LEN;
 use nvmf_common::wire::log::{lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, SmartLog};
 use nvmf_common::wire::sqe::{self, Sqe};
@@ -224,6 +225,11 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
             page
         }
         lid::CMD_EFFECTS => cmd_effects_log(),
+        lid::ANA if !ctrl.subsys.is_discovery() => {
+            let rgo = admin::log_lsp(&cmd) & ana::LSP_RGO != 0;
+            ctrl.ana_log_read(rae);
+            ana_log(ctrl, rgo)
+        }
         other => {
             debug!(lid = other, "unsupported log page");
             return Err(
@@ -232,6 +238,31 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
         }
     };
     serve_log(req, &log)
+}
+
+/// The ANA log page for `ctrl`'s port: group 1 and every group holding a namespace of
+/// its subsystem, with their namespaces (nvmet lists the groups in use).
+fn ana_log(ctrl: &Controller, rgo: bool) -> Vec<u8> {
+    let port = &ctrl.port.ana.0;
+    let chgcnt = port.chgcnt();
+    let mut by_group: std::collections::BTreeMap<u32, Vec<u32>> = std::collections::BTreeMap::new();
+    by_group.insert(ana::DEFAULT_GROUP, Vec::new());
+    for ns in ctrl.subsys.namespaces() {
+        by_group.entry(ns.anagrpid).or_default().push(ns.nsid.0);
+    }
+    let groups: Vec<ana::AnaGroupDesc> = by_group
+        .into_iter()
+        .map(|(grpid, mut nsids)| {
+            nsids.sort_unstable();
+            ana::AnaGroupDesc {
+                grpid,
+                chgcnt,
+                state: port.state(grpid),
+                nsids,
+            }
+        })
+        .collect();
+    ana::encode_log(chgcnt, &groups, rgo)
 }
 
 fn error_log(ctrl: &Controller) -> Vec<u8> {

@@ -2,10 +2,11 @@
 //! the checklist of what a fabrics controller must fill (Linux nvmet's
 //! `nvmet_execute_identify_ctrl` reports the same set).
 
+use nvmf_common::wire::ana;
 use nvmf_common::wire::fabrics::NVME_VS_1_3;
 use nvmf_common::wire::identify::{
-    cntrltype, lpa, oaes, oncs, sgls, IdentifyController, IdentifyNamespace, LbaFormat,
-    NsIdDescriptor,
+    anacap, cmic, cntrltype, lpa, oaes, oncs, sgls, IdentifyController, IdentifyNamespace,
+    LbaFormat, NsIdDescriptor,
 };
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
@@ -74,7 +75,7 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     id.set_oaes(if discovery {
         oaes::DISCOVERY_LOG_CHANGE
     } else {
-        oaes::NS_ATTR
+        oaes::NS_ATTR | oaes::ANA_CHANGE
     });
     id.set_acl(3);
     id.set_aerl((AER_LIMIT - 1) as u8);
@@ -107,6 +108,18 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     }
     id.set_sgls(sgl);
     if !discovery {
+        // ANA as nvmet reports it: every state, 128 groups, 10 s transition time.
+        id.set_cmic(CMIC_MULTI_PORT_CTRL | cmic::ANA);
+        id.set_anacap(
+            anacap::OPTIMIZED
+                | anacap::NON_OPTIMIZED
+                | anacap::INACCESSIBLE
+                | anacap::PERSISTENT_LOSS
+                | anacap::CHANGE,
+        );
+        id.set_anatt(ana::ANATT_SECS);
+        id.set_anagrpmax(ana::MAX_GROUPS);
+        id.set_nanagrpid(ana::MAX_GROUPS);
         id.set_nn(ctrl.max_nsid());
         id.set_mnan(ctrl.max_nsid());
         id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
@@ -142,6 +155,7 @@ pub(super) fn namespace(ns: &Namespace, out: &mut [u8]) {
         id.set_dlfeat(DLFEAT_READ_ZEROES);
     }
     id.set_nguid(ns.nguid);
+    id.set_anagrpid(ns.anagrpid);
     id.set_lbaf(
         0,
         LbaFormat {

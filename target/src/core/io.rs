@@ -32,6 +32,17 @@ fn byte_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status>
     Ok((slba << ns.block_size_shift, nlb << ns.block_size_shift))
 }
 
+/// The namespace an I/O command targets, if this controller's path may reach it now:
+/// its ANA group's state on the controller's port decides (nvmet_check_ana_state).
+#[inline]
+fn io_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, Status> {
+    let ns = super::find_ns(ctrl, nsid)?;
+    match ctrl.port.ana.0.state(ns.anagrpid).io_status() {
+        None => Ok(ns),
+        Some(st) => Err(st),
+    }
+}
+
 pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status> {
     let cmd = req.cmd();
     let op = cmd.opcode();
@@ -41,7 +52,7 @@ pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status
     }
     let plan = match op {
         opcode::READ | opcode::WRITE | opcode::COMPARE => {
-            let ns = super::find_ns(ctrl, nsid)?;
+            let ns = io_ns(ctrl, nsid)?;
             let (_, len) = byte_range(&ns, nvm::rw_slba(&cmd), u64::from(nvm::rw_nlb(&cmd)))?;
             if len > u64::from(ctrl.params.max_io_size) {
                 debug!(len, "transfer larger than MDTS");
@@ -58,17 +69,17 @@ pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status
             }
         }
         opcode::FLUSH => {
-            req.ns = Some(super::find_ns(ctrl, nsid)?);
+            req.ns = Some(io_ns(ctrl, nsid)?);
             Plan::NONE
         }
         opcode::WRITE_ZEROES => {
-            let ns = super::find_ns(ctrl, nsid)?;
+            let ns = io_ns(ctrl, nsid)?;
             byte_range(&ns, nvm::rw_slba(&cmd), u64::from(nvm::rw_nlb(&cmd)))?;
             req.ns = Some(ns);
             Plan::NONE
         }
         opcode::DATASET_MANAGEMENT => {
-            req.ns = Some(super::find_ns(ctrl, nsid)?);
+            req.ns = Some(io_ns(ctrl, nsid)?);
             Plan {
                 dir: DataDir::HostToCtrl,
                 len: nvm::dsm_nr(&cmd) * DSM_RANGE_LEN as u32,

@@ -11,6 +11,7 @@
 //! {"op":"add-host","nqn":"...","host":"nqn.2014-08.org.nvmexpress:uuid:..."}
 //! {"op":"remove-host","nqn":"...","host":"..."}
 //! {"op":"set-host-key","host":"...","key_file":"/etc/nvmf/h1.key"}
+//! {"op":"set-ana","portid":2,"grpid":1,"state":"inaccessible"}
 //! {"op":"reload"}
 //! {"op":"status"}
 //! ```
@@ -66,6 +67,11 @@ pub enum Request {
     RemoveHost {
         nqn: String,
         host: String,
+    },
+    SetAna {
+        portid: u16,
+        grpid: u32,
+        state: nvmf_common::config::AnaState,
     },
     SetHostKey {
         host: String,
@@ -140,6 +146,15 @@ pub fn handle(live: &Live, req: &Request) -> Response {
         Request::ResizeNs { nqn, nsid } => Op::ResizeNs { nqn, nsid },
         Request::AddHost { nqn, host } => Op::AddHost { nqn, host },
         Request::RemoveHost { nqn, host } => Op::RemoveHost { nqn, host },
+        Request::SetAna {
+            portid,
+            grpid,
+            state,
+        } => Op::SetAna {
+            portid,
+            grpid,
+            state,
+        },
         Request::SetHostKey {
             host,
             key_file,
@@ -286,6 +301,15 @@ pub enum CtlCommand {
     AddHost { nqn: String, host: String },
     /// Remove a host NQN from a subsystem's allowed hosts.
     RemoveHost { nqn: String, host: String },
+    /// Set the ANA state of a group on a port: optimized, non-optimized, inaccessible,
+    /// persistent-loss or change. Hosts connected through the port get an ANA change
+    /// notice.
+    SetAna {
+        portid: u16,
+        grpid: u32,
+        #[arg(value_parser = parse_ana_state)]
+        state: nvmf_common::config::AnaState,
+    },
     /// Set a host's DH-HMAC-CHAP key files (mode 0600; the target reads them, the
     /// secrets never cross the socket); used from the host's next authentication.
     SetHostKey {
@@ -324,6 +348,15 @@ impl CtlCommand {
             CtlCommand::ResizeNs { nqn, nsid } => Request::ResizeNs { nqn, nsid },
             CtlCommand::AddHost { nqn, host } => Request::AddHost { nqn, host },
             CtlCommand::RemoveHost { nqn, host } => Request::RemoveHost { nqn, host },
+            CtlCommand::SetAna {
+                portid,
+                grpid,
+                state,
+            } => Request::SetAna {
+                portid,
+                grpid,
+                state,
+            },
             CtlCommand::SetHostKey {
                 host,
                 key_file,
@@ -339,6 +372,12 @@ impl CtlCommand {
             CtlCommand::Status { .. } => Request::Status,
         }
     }
+}
+
+fn parse_ana_state(s: &str) -> Result<nvmf_common::config::AnaState, String> {
+    nvmf_common::config::AnaState::from_name(s).ok_or_else(|| {
+        format!("{s:?}: optimized, non-optimized, inaccessible, persistent-loss or change")
+    })
 }
 
 /// A key file path as the target (another working directory) must see it.

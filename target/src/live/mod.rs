@@ -25,7 +25,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use nvmf_common::config::{Config, HostConfig, NamespaceConfig, TrType};
+use nvmf_common::config::{AnaGroupConfig, AnaState, Config, HostConfig, NamespaceConfig, TrType};
 use nvmf_common::types::{Nqn, Nsid};
 
 use crate::params::PortInfo;
@@ -94,6 +94,13 @@ pub enum Op {
     RemoveHost {
         nqn: String,
         host: String,
+    },
+    /// Sets the ANA state of group `grpid` on port `portid` (nvmet's
+    /// `ports/N/ana_groups/G/ana/state`).
+    SetAna {
+        portid: u16,
+        grpid: u32,
+        state: AnaState,
     },
     /// Sets a host's DH-HMAC-CHAP key files (read by the target; secrets never travel
     /// over the socket). Applies from the host's next authentication.
@@ -181,6 +188,9 @@ impl Live {
         self.bind_ports(running, &plan.steps)?;
         self.swap_in(plan.steps);
         let mut changes = plan.changes;
+        for p in &new.ports {
+            changes.extend(self.target.apply_ana(p));
+        }
         for host in self.target.hosts.replace(policies) {
             changes.push(format!("host {host}: DH-HMAC-CHAP policy changed"));
         }
@@ -204,7 +214,7 @@ impl Live {
                     Ok(())
                 }
                 Step::AddPort(p) => {
-                    let info = Arc::new(plan::port_of(p));
+                    let info = Arc::new(plan::port_of(p, &self.target));
                     self.hooks
                         .add_port(&info)
                         .map(|addr| {
@@ -221,7 +231,10 @@ impl Live {
                 }
                 for id in removed {
                     if let Some(p) = running.port(id) {
-                        if let Err(e2) = self.hooks.add_port(&Arc::new(plan::port_of(p))) {
+                        if let Err(e2) = self
+                            .hooks
+                            .add_port(&Arc::new(plan::port_of(p, &self.target)))
+                        {
                             warn!(portid = id, "could not restore the port: {e2}");
                         }
                     }
@@ -255,10 +268,10 @@ impl Live {
                     t.remove_port(id);
                 }
                 Step::AddPort(p) => {
-                    t.add_port(plan::port_of(&p));
+                    t.add_port(plan::port_of(&p, t));
                 }
                 Step::UpdatePort { port, unlinked } => {
-                    t.add_port(plan::port_of(&port));
+                    t.add_port(plan::port_of(&port, t));
                     for nqn in unlinked {
                         if let Some(sub) = t.subsystem_by_name(&nqn) {
                             for c in sub.controllers() {
@@ -326,6 +339,11 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ctrl_key_file,
             clear_ctrl_key,
         } => return set_host_key(cfg, host, key_file, ctrl_key_file, *clear_ctrl_key),
+        Op::SetAna {
+            portid,
+            grpid,
+            state,
+        } => return set_ana(cfg, *portid, *grpid, *state),
     };
     let key = Nqn::new(nqn.clone()).map_err(|e| format!("subsystem NQN {nqn:?}: {e}"))?;
     let Some(sub) = cfg.subsystems.iter_mut().find(|s| s.nqn == key) else {
@@ -375,8 +393,8 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
                 return Err(format!("host {host} is not in the allowed hosts of {nqn}"));
             }
         }
-        // Returned above: it names a host, not a subsystem.
-        Op::SetHostKey { .. } => {}
+        // Returned above: they name a host or a port, not a subsystem.
+        Op::SetHostKey { .. } | Op::SetAna { .. } => {}
     }
     Ok(())
 }
@@ -417,6 +435,23 @@ fn set_host_key(
     if clear_ctrl_key {
         e.dhchap_ctrl_key = None;
         e.dhchap_ctrl_key_file = None;
+    }
+    Ok(())
+}
+
+/// `ctl set-ana`: the state of one ANA group on one port (optimized removes the entry).
+fn set_ana(cfg: &mut Config, portid: u16, grpid: u32, state: AnaState) -> Result<(), String> {
+    let max = nvmf_common::wire::ana::MAX_GROUPS;
+    if grpid == 0 || grpid > max {
+        return Err(format!("ANA group id {grpid} is not in 1..={max}"));
+    }
+    let Some(port) = cfg.ports.iter_mut().find(|p| p.portid == portid) else {
+        return Err(format!("no port {portid}"));
+    };
+    port.ana_groups.retain(|g| g.grpid != grpid);
+    if state != AnaState::Optimized {
+        port.ana_groups.push(AnaGroupConfig { grpid, state });
+        port.ana_groups.sort_by_key(|g| g.grpid);
     }
     Ok(())
 }

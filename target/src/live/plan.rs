@@ -14,7 +14,7 @@ use nvmf_common::types::{Nqn, Nsid};
 
 use crate::backend::spec::NamespaceSpec;
 use crate::subsystem::{Namespace, Subsystem};
-use crate::target::{build_namespace, build_subsystem, port_info, subsystem_params, Target};
+use crate::target::{build_namespace, build_subsystem, subsystem_params, Target};
 
 /// One change to the running target.
 pub(super) enum Step {
@@ -127,6 +127,13 @@ fn same_listener(a: &PortConfig, b: &PortConfig) -> bool {
         && a.adrfam() == b.adrfam()
 }
 
+fn same_but_ana(a: &PortConfig, b: &PortConfig) -> bool {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    a.ana_groups.clear();
+    b.ana_groups.clear();
+    a == b
+}
+
 fn plan_ports(
     old: &Config,
     new: &Config,
@@ -161,7 +168,8 @@ fn plan_ports(
                 p.steps.push(Step::RemovePort(o.portid));
                 p.steps.push(Step::AddPort(n.clone()));
             }
-            Some(n) if o != n => {
+            // ANA states are applied on their own (Target::apply_ana), without a step.
+            Some(n) if !same_but_ana(o, n) => {
                 let unlinked: Vec<String> = o
                     .subsystems
                     .iter()
@@ -314,6 +322,6 @@ fn backing_size_changed(n: &NamespaceConfig, cur: &Namespace) -> bool {
 }
 
 /// The port description a planned port gets.
-pub(super) fn port_of(p: &PortConfig) -> crate::params::PortInfo {
-    port_info(p)
+pub(super) fn port_of(p: &PortConfig, t: &Target) -> crate::params::PortInfo {
+    t.port_info(p)
 }
