@@ -286,6 +286,58 @@ pub fn write_zeroes(nsid: Nsid, slba: u64, nblocks: u32, deac: bool) -> Result<S
     Ok(s.into_inner())
 }
 
+// ---- Reservations (the data: keys, see `nvmf_common::wire::resv`) ----
+
+fn resv(op: u8, nsid: Nsid, cdw10: u32) -> SqeBytes {
+    let mut s = base(op);
+    s.set_nsid(nsid.0);
+    s.set_cdw10(cdw10);
+    s.into_inner()
+}
+
+/// Reservation Register: `action` (register, unregister, replace), Ignore Existing
+/// Key, CPTPL; 16 bytes of data (CRKEY, NRKEY).
+pub fn resv_register(nsid: Nsid, action: u8, iekey: bool, cptpl: u8) -> SqeBytes {
+    use nvmf_common::wire::resv::cdw10;
+    let iek = if iekey { cdw10::IEKEY } else { 0 };
+    resv(
+        nvm_op::RESERVATION_REGISTER,
+        nsid,
+        u32::from(action) | iek | (u32::from(cptpl) << cdw10::CPTPL_SHIFT),
+    )
+}
+
+/// Reservation Acquire of type `rtype` with `action`; 16 bytes of data (CRKEY, PRKEY).
+pub fn resv_acquire(nsid: Nsid, action: u8, rtype: u8) -> SqeBytes {
+    let shift = nvmf_common::wire::resv::cdw10::RTYPE_SHIFT;
+    resv(
+        nvm_op::RESERVATION_ACQUIRE,
+        nsid,
+        u32::from(action) | (u32::from(rtype) << shift),
+    )
+}
+
+/// Reservation Release of type `rtype` with `action`; 8 bytes of data (CRKEY).
+pub fn resv_release(nsid: Nsid, action: u8, rtype: u8) -> SqeBytes {
+    let shift = nvmf_common::wire::resv::cdw10::RTYPE_SHIFT;
+    resv(
+        nvm_op::RESERVATION_RELEASE,
+        nsid,
+        u32::from(action) | (u32::from(rtype) << shift),
+    )
+}
+
+/// Reservation Report of `len` bytes (a multiple of 4), extended data structure.
+pub fn resv_report(nsid: Nsid, len: u32) -> SqeBytes {
+    let mut s = Sqe::new_unchecked(resv(
+        nvm_op::RESERVATION_REPORT,
+        nsid,
+        (len / 4).saturating_sub(1),
+    ));
+    s.set_cdw11(nvmf_common::wire::resv::REPORT_EDS);
+    s.into_inner()
+}
+
 /// Flush the volatile write cache of `nsid` ([`Nsid::BROADCAST`] for all).
 pub fn flush(nsid: Nsid) -> SqeBytes {
     let mut s = base(nvm_op::FLUSH);

@@ -65,11 +65,17 @@ struct Inner {
     masked_notice_ns: bool,
     masked_disc: bool,
     masked_ana: bool,
+    /// Reservation notifications not yet read: (log page count, type, nsid).
+    resv_log: VecDeque<(u64, u8, u32)>,
+    resv_count: u64,
     changed_ns: Vec<u32>,
     changed_ns_overflow: bool,
     errors: VecDeque<ErrorRecord>,
     error_count: u64,
 }
+
+/// Reservation notifications kept per controller (nvmet keeps 64).
+pub const RESV_LOG_MAX: usize = 64;
 
 pub struct Controller {
     pub cntlid: Cntlid,
@@ -133,6 +139,8 @@ impl Controller {
                 masked_notice_ns: false,
                 masked_disc: false,
                 masked_ana: false,
+                resv_log: VecDeque::new(),
+                resv_count: 0,
                 changed_ns: Vec::new(),
                 changed_ns_overflow: false,
                 errors: VecDeque::new(),
@@ -397,6 +405,37 @@ impl Controller {
             g.masked_ana = true;
             let dw0 = aer_result(aer_type::NOTICE, aer_notice::ANA_CHANGE, lid::ANA);
             self.push_event(&mut g, dw0);
+        }
+    }
+
+    /// A reservation notification for this controller's host: queued for the
+    /// Reservation Notification log page (at most [`RESV_LOG_MAX`]; beyond that the
+    /// log page count skips, as the spec describes for lost pages) and announced.
+    pub fn reservation_notice(&self, ltype: u8, nsid: u32) {
+        let mut g = self.inner.lock();
+        g.resv_count = g.resv_count.wrapping_add(1).max(1);
+        let count = g.resv_count;
+        if g.resv_log.len() < RESV_LOG_MAX {
+            g.resv_log.push_back((count, ltype, nsid));
+        }
+        let dw0 = aer_result(
+            aer_type::IO_CMD_SPECIFIC,
+            nvmf_common::wire::admin::aer_io_cmd_specific::RESERVATION_LOG_PAGE_AVAILABLE,
+            lid::RESERVATION_NOTIFICATION,
+        );
+        self.push_event(&mut g, dw0);
+    }
+
+    /// The oldest reservation notification, removed: (count, type, notifications left
+    /// (at most 255), nsid); an empty page when there is none.
+    pub fn take_reservation_notice(&self) -> (u64, u8, u8, u32) {
+        let mut g = self.inner.lock();
+        match g.resv_log.pop_front() {
+            Some((count, ltype, nsid)) => {
+                let left = u8::try_from(g.resv_log.len()).unwrap_or(u8::MAX);
+                (count, ltype, left, nsid)
+            }
+            None => (0, 0, 0, 0),
         }
     }
 

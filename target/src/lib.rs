@@ -9,6 +9,7 @@ pub mod fastmap;
 pub mod live;
 pub mod params;
 pub mod rdma;
+pub mod resv;
 pub mod runtime;
 pub mod subsystem;
 pub mod target;

@@ -40,6 +40,8 @@ pub struct Namespace {
     pub instance: u64,
     /// ANA group (1..=128).
     pub anagrpid: u32,
+    /// Reservations; kept across a replacement of the namespace (resize, reconfigure).
+    pub resv: Arc<crate::resv::Reservation>,
 }
 
 static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -72,7 +74,17 @@ impl Namespace {
             nguid,
             instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
             anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
+            resv: Arc::new(crate::resv::Reservation::new(None)),
         }
+    }
+
+    /// The same namespace with its reservation state kept in `ptpl_file` (Persist
+    /// Through Power Loss), restored from it if present.
+    pub fn with_ptpl_file(mut self, ptpl_file: Option<std::path::PathBuf>) -> Self {
+        if ptpl_file.is_some() {
+            self.resv = Arc::new(crate::resv::Reservation::new(ptpl_file));
+        }
+        self
     }
 
     /// The same namespace in ANA group `grpid`.
@@ -214,8 +226,13 @@ impl Subsystem {
     /// Swaps the namespace with `ns.nsid` for `ns` in one step (a resize: the backend
     /// was reopened at its new size). Commands already running finish on the old one.
     /// Connected controllers get one Namespace Attribute Changed event.
-    pub fn replace_namespace(&self, ns: Namespace) -> Result<Arc<Namespace>, String> {
+    pub fn replace_namespace(&self, mut ns: Namespace) -> Result<Arc<Namespace>, String> {
         let nsid = ns.nsid;
+        if let Some(old) = self.namespace(nsid) {
+            // Registrations and the reservation belong to the namespace, not to the
+            // backend instance that serves it.
+            ns.resv = old.resv.clone();
+        }
         let old = {
             let mut map = self.namespaces.write();
             let Some(slot) = map.get_mut(&nsid.0) else {

@@ -327,7 +327,9 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
     let nguid = n
         .nguid_bytes()
         .unwrap_or_else(|| stable_id(subnqn.as_str(), n.nsid.0, 1));
-    Ok(Namespace::new(n.nsid, backend, uuid, nguid).with_anagrpid(n.anagrpid()))
+    Ok(Namespace::new(n.nsid, backend, uuid, nguid)
+        .with_anagrpid(n.anagrpid())
+        .with_ptpl_file(n.ptpl_file.clone()))
 }
 
 impl Target {

@@ -416,6 +416,10 @@ pub struct NamespaceConfig {
     /// ANA group (configfs `ana_grpid`), 1 to 128; `None`: group 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anagrpid: Option<u32>,
+    /// Where the reservation state is kept when a host turns Persist Through Power
+    /// Loss on (SPDK's `ptpl_file`); `None`: reservations do not survive a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ptpl_file: Option<std::path::PathBuf>,
 }
 
 impl NamespaceConfig {
@@ -430,6 +434,7 @@ impl NamespaceConfig {
             uuid: None,
             nguid: None,
             anagrpid: None,
+            ptpl_file: None,
         }
     }
 

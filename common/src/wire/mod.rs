@@ -21,6 +21,7 @@ pub mod identify;
 pub mod log;
 pub mod nvm;
 pub mod rdma;
+pub mod resv;
 pub mod sgl;
 pub mod sqe;
 pub mod status;

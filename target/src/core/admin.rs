@@ -225,6 +225,9 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
             page
         }
         lid::CMD_EFFECTS => cmd_effects_log(),
+        lid::RESERVATION_NOTIFICATION if !ctrl.subsys.is_discovery() => {
+            super::resv::notification_log(ctrl)
+        }
         lid::ANA if !ctrl.subsys.is_discovery() => {
             let rgo = admin::log_lsp(&cmd) & ana::LSP_RGO != 0;
             ctrl.ana_log_read(rae);
@@ -317,7 +320,15 @@ fn cmd_effects_log() -> Vec<u8> {
     ] {
         l.set_acs(op, effects::CSUPP);
     }
-    for op in [io::READ, io::COMPARE, io::FLUSH] {
+    for op in [
+        io::READ,
+        io::COMPARE,
+        io::FLUSH,
+        io::RESERVATION_REGISTER,
+        io::RESERVATION_REPORT,
+        io::RESERVATION_ACQUIRE,
+        io::RESERVATION_RELEASE,
+    ] {
         l.set_iocs(op, effects::CSUPP);
     }
     for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MANAGEMENT] {
@@ -366,6 +377,11 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
             ctrl.set_volatile_write_cache(wce);
             Ok(())
         }
+        fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE
+            if !ctrl.subsys.is_discovery() =>
+        {
+            super::resv::set_feature(ctrl, req, f)
+        }
         fid::HOST_IDENTIFIER => {
             // On fabrics the host identifier is set by Connect (as in nvmet).
             Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR))
@@ -381,6 +397,13 @@ pub(super) fn get_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
     let cmd = req.cmd();
     let f = admin::feature_fid(&cmd);
     let select = admin::feature_sel(&cmd);
+    if matches!(
+        f,
+        fid::RESERVATION_NOTIFICATION_MASK | fid::RESERVATION_PERSISTENCE
+    ) && !ctrl.subsys.is_discovery()
+    {
+        return super::resv::get_feature(ctrl, req, f, select);
+    }
     let feats = ctrl.features();
     let supported = matches!(
         f,

@@ -5,7 +5,7 @@
 use nvmf_common::wire::ana;
 use nvmf_common::wire::fabrics::NVME_VS_1_3;
 use nvmf_common::wire::identify::{
-    anacap, cmic, cntrltype, lpa, oaes, oncs, sgls, IdentifyController, IdentifyNamespace,
+    anacap, cmic, cntrltype, lpa, oaes, oncs, rescap, sgls, IdentifyController, IdentifyNamespace,
     LbaFormat, NsIdDescriptor,
 };
 
@@ -122,7 +122,7 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
         id.set_nanagrpid(ana::MAX_GROUPS);
         id.set_nn(ctrl.max_nsid());
         id.set_mnan(ctrl.max_nsid());
-        id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES);
+        id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES | oncs::RESERVATIONS);
         // Truthful per backend: files and block devices sit on a volatile cache (the
         // page cache or the device's), RAM and null keep nothing to lose on a crash
         // beyond what they already lose.
@@ -156,6 +156,20 @@ pub(super) fn namespace(ns: &Namespace, out: &mut [u8]) {
     }
     id.set_nguid(ns.nguid);
     id.set_anagrpid(ns.anagrpid);
+    id.set_rescap(
+        rescap::WRITE_EXCLUSIVE
+            | rescap::EXCLUSIVE_ACCESS
+            | rescap::WRITE_EXCLUSIVE_REG_ONLY
+            | rescap::EXCLUSIVE_ACCESS_REG_ONLY
+            | rescap::WRITE_EXCLUSIVE_ALL_REGS
+            | rescap::EXCLUSIVE_ACCESS_ALL_REGS
+            | rescap::IEKEY
+            | if ns.resv.ptpl_capable() {
+                rescap::PTPL
+            } else {
+                0
+            },
+    );
     id.set_lbaf(
         0,
         LbaFormat {

@@ -35,7 +35,7 @@ fn byte_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status>
 /// The namespace an I/O command targets, if this controller's path may reach it now:
 /// its ANA group's state on the controller's port decides (nvmet_check_ana_state).
 #[inline]
-fn io_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, Status> {
+pub(super) fn io_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, Status> {
     let ns = super::find_ns(ctrl, nsid)?;
     match ctrl.port.ana.0.state(ns.anagrpid).io_status() {
         None => Ok(ns),
@@ -85,11 +85,19 @@ pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status
                 len: nvm::dsm_nr(&cmd) * DSM_RANGE_LEN as u32,
             }
         }
+        op if super::resv::is_resv(op) => {
+            let plan = super::resv::plan(ctrl, req)?;
+            req.ns = Some(io_ns(ctrl, nsid)?);
+            plan
+        }
         other => {
             debug!(opcode = other, "unsupported I/O opcode");
             return Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0));
         }
     };
+    if let Some(ns) = &req.ns {
+        super::resv::check(ctrl, ns, op)?;
+    }
     Ok(plan)
 }
 
@@ -99,6 +107,12 @@ pub(super) fn execute(
     req: &mut Request,
     tag: u64,
 ) -> Outcome {
+    if super::resv::is_resv(req.opcode()) {
+        if let Err(s) = super::resv::execute(ctrl, req) {
+            req.fail(s);
+        }
+        return Outcome::Done;
+    }
     match submit(ctrl, ex, req, tag) {
         Ok(0) => Outcome::Done,
         Ok(n) => {

@@ -25,6 +25,7 @@ mod discovery;
 mod fabrics;
 mod identify;
 mod io;
+mod resv;
 
 use std::sync::Arc;
 use std::time::Instant;
