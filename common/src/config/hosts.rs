@@ -180,11 +180,17 @@ pub fn read_key_file(p: &Path) -> Result<Zeroizing<String>, String> {
 mod one_or_many {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// YAML reads a bare `null` as no value: here it names the null DH group (nvmet's
+    /// `dhchap_dhgroup` value), so it is kept as the text "null".
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
+        One(Option<String>),
+        Many(Vec<Option<String>>),
+    }
+
+    fn text(v: Option<String>) -> String {
+        v.unwrap_or_else(|| "null".to_owned())
     }
 
     pub(super) fn serialize<S: Serializer>(v: &[String], s: S) -> Result<S::Ok, S::Error> {
@@ -193,8 +199,8 @@ mod one_or_many {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
         Ok(match OneOrMany::deserialize(d)? {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
+            OneOrMany::One(s) => vec![text(s)],
+            OneOrMany::Many(v) => v.into_iter().map(text).collect(),
         })
     }
 }

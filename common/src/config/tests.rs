@@ -819,3 +819,25 @@ fn locate_finds_keys_and_elements() {
         Some((4, 7))
     );
 }
+
+#[test]
+fn dhchap_dhgroup_null_names_the_null_group_and_keys_are_checked() {
+    let key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let y = format!(
+        "hosts:\n  - nqn: nqn.2014-08.org.nvmexpress:uuid:a\n    dhchap_key: \"{key}\"\n    dhchap_dhgroup: null\n  \
+         - nqn: nqn.2014-08.org.nvmexpress:uuid:b\n    dhchap_key: \"{key}\"\n    dhchap_dhgroup: [null, ffdhe2048]\n"
+    );
+    let c = Config::from_yaml_str(&y, "t").unwrap();
+    let p = c.hosts[0].policy().unwrap().unwrap();
+    assert_eq!(p.groups, vec![crate::auth::DhGroup::Null]);
+    let p = c.hosts[1].policy().unwrap().unwrap();
+    assert_eq!(p.groups.len(), 2);
+    assert_eq!(p.hashes.len(), 3, "no dhchap_hash: every hash");
+    let bad = y.replace("KfiaR", "KfiaS");
+    let e = Config::from_yaml_str(&bad, "t").unwrap_err().to_string();
+    assert!(
+        e.contains("hosts[0].dhchap_key") && e.contains("CRC"),
+        "{e}"
+    );
+    assert!(!e.contains("AAECAwQF"), "the error shows the key: {e}");
+}

@@ -1,0 +1,50 @@
+# DH-HMAC-CHAP (issue 12): nvmf-initiator authenticates to the Linux kernel target (nvmet-tcp,
+# configfs `hosts/<nqn>/dhchap_{key,ctrl_key,hash,dhgroup}`, the subsystem restricted to that
+# host). For each hash (sha256/384/512) x DH group (null, ffdhe2048, ffdhe8192) x direction
+# the target is reconfigured and our host identifies the controller; a write/read/compare
+# and a verifying perf run go through an authenticated bidirectional association; a wrong
+# key and a wrong controller key are refused with an error that says so.
+. "$INTEROP/lib.sh"
+NQN=nqn.2014-08.org.example:kernel-auth
+HOST=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000a1
+I="$BIN/nvmf-initiator"
+C="-t tcp -a $GUEST_IP -s 4420 -n $NQN -q $HOST -I 00000000-0000-4000-8000-0000000000a1"
+H=$NVMET/hosts/$HOST
+run "backing file" truncate -s 64M "$WORK/disk.img"
+run "kernel target (configfs)" kernel_target_add tcp "$GUEST_IP" 4420 "$NQN" "$WORK/disk.img"
+run "host entry" mkdir "$H"
+run "only that host" sh -c "echo 0 > $NVMET/subsystems/$NQN/attr_allow_any_host && ln -s $H $NVMET/subsystems/$NQN/allowed_hosts/$HOST"
+KEY=$(nvme gen-dhchap-key --hmac=1 --nqn=$HOST)
+CKEY=$(nvme gen-dhchap-key --hmac=3 --key-length=64)
+run "host key" sh -c "echo '$KEY' > $H/dhchap_key"
+
+for hash in "hmac(sha256)" "hmac(sha384)" "hmac(sha512)"; do
+  for group in null ffdhe2048 ffdhe8192; do
+    run "nvmet: $hash $group" sh -c "echo '$hash' > $H/dhchap_hash && echo $group > $H/dhchap_dhgroup"
+    run "nvmet: no controller key" sh -c "echo '' > $H/dhchap_ctrl_key"
+    expect "identify, $hash $group, host only" "subnqn.*$NQN" $I identify $C -S "$KEY"
+    run "nvmet: controller key" sh -c "echo '$CKEY' > $H/dhchap_ctrl_key"
+    expect "identify, $hash $group, bidirectional" "subnqn.*$NQN" $I identify $C -S "$KEY" -C "$CKEY"
+  done
+done
+
+run "test data" dd if=/dev/urandom of="$WORK/data" bs=4096 count=32 status=none
+run "write (bidirectional)" "$I" write $C -S "$KEY" -C "$CKEY" --nsid 1 --lba 64 --count 32 --input "$WORK/data"
+run "read back" "$I" read $C -S "$KEY" -C "$CKEY" --nsid 1 --lba 64 --count 32 --output "$WORK/back"
+run "what was read is what was written" cmp "$WORK/data" "$WORK/back"
+expect "perf randwrite with verification (authenticated I/O queues)" "errors=0" \
+  $I perf $C -S "$KEY" -C "$CKEY" --rw randwrite --bs 4k --iodepth 8 --runtime 4 --size 8M --verify
+
+WRONG=$(nvme gen-dhchap-key --hmac=1 --nqn=$HOST)
+expect_fail() {
+  _desc=$1; _re=$2; shift 2
+  echo "+ $* (must fail)"
+  if _out=$("$@" 2>&1); then echo "$_out"; echo "FAIL: $_desc: it succeeded"; exit 1; fi
+  echo "$_out"
+  echo "$_out" | grep -qE -- "$_re" || { echo "FAIL: $_desc: no '$_re' in the error"; exit 1; }
+}
+expect_fail "wrong key" "authentication failed" $I identify $C -S "$WRONG"
+expect_fail "wrong controller key" "wrong controller key" $I identify $C -S "$KEY" -C "$(nvme gen-dhchap-key --hmac=3 --key-length=64)"
+expect_fail "no key" "requires DH-HMAC-CHAP" $I identify $C
+run "cleanup host link" sh -c "rm $NVMET/subsystems/$NQN/allowed_hosts/$HOST && rmdir $H"
+echo "our host vs the kernel target with DH-HMAC-CHAP: all checks passed"
