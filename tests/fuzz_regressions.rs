@@ -58,6 +58,11 @@ fn dispatcher_inputs() {
     replay("dispatcher", harness::dispatcher::run);
 }
 
+#[test]
+fn auth_inputs() {
+    replay("auth", harness::auth::run);
+}
+
 /// The harness itself on a few fixed inputs (empty, short, all-ones).
 #[test]
 fn harness_smoke() {
@@ -66,6 +71,7 @@ fn harness_smoke() {
         harness::tcp_framer::run(input);
         harness::connect::run(input);
         harness::dispatcher::run(input);
+        harness::auth::run(input);
     }
 }
 

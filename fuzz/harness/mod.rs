@@ -5,6 +5,7 @@
 //! invariant, which is a bug.
 #![allow(dead_code)]
 
+pub mod auth;
 pub mod connect;
 pub mod dispatcher;
 pub mod rig;
