@@ -44,6 +44,8 @@ fn entry(nqn: &Nqn, k: &HostKeys, hashes: &[HashId], groups: &[DhGroup]) -> Host
 /// A config whose subsystem admits only `hosts` (which must authenticate).
 fn keyed(hosts: Vec<HostConfig>) -> Config {
     let mut c = config(&["ram:16M"]);
+    // A stalled exchange ends after 1 s (the default is 30 s).
+    c.transport.auth_timeout_ms = 1000;
     let s = &mut c.subsystems[0];
     s.allow_any_host = false;
     s.allowed_hosts = hosts.iter().map(|h| h.nqn.clone()).collect();
@@ -477,7 +479,7 @@ fn reply_replayed_into_a_new_transaction() {
 #[test]
 fn host_that_stops_mid_exchange_is_ended_by_the_deadline() {
     let t = two();
-    // KATO 1 s: the transaction may stall at most that long.
+    // transport.auth_timeout_ms is 1 s here: the transaction may stall that long.
     let mut q = raw_queue(&t.env, 0, 32);
     let data = command::connect_data(TEST_HOSTID, Cntlid::DYNAMIC, &t.env.nqn, &host("a"));
     let buf = t.env.fabric.alloc(data.len()).unwrap();

@@ -20,6 +20,8 @@ pub struct TargetParams {
     pub poll_groups: usize,
     /// Largest KATO a host may ask for, in ms.
     pub max_kato_ms: u32,
+    /// How long a DH-HMAC-CHAP transaction may stall, in ms.
+    pub auth_timeout_ms: u32,
 }
 
 impl TargetParams {
@@ -33,6 +35,7 @@ impl TargetParams {
             poll_mode: t.poll_mode,
             poll_groups: t.poll_groups,
             max_kato_ms: t.keep_alive_timeout_ms,
+            auth_timeout_ms: t.auth_timeout_ms,
         }
     }
 

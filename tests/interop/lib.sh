@@ -105,7 +105,9 @@ kernel_target_clear() {
   for _n in "$NVMET"/subsystems/*/namespaces/*; do
     [ -d "$_n" ] && { echo 0 > "$_n/enable"; rmdir "$_n"; }
   done
+  for _l in "$NVMET"/subsystems/*/allowed_hosts/*; do [ -L "$_l" ] && rm "$_l"; done
   for _s in "$NVMET"/subsystems/*; do [ -d "$_s" ] && rmdir "$_s"; done
+  for _h in "$NVMET"/hosts/*; do [ -d "$_h" ] && rmdir "$_h"; done
   return 0
 }
 

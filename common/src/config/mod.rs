@@ -202,6 +202,11 @@ pub struct TransportConfig {
     pub poll_groups: usize,
     /// Largest keep-alive timeout (ms) a host may ask for; hosts choose their KATO.
     pub keep_alive_timeout_ms: u32,
+    /// How long (ms) a DH-HMAC-CHAP transaction may wait for the host's next message
+    /// before its controller ends; keep-alive does not run meanwhile. nvmet uses the
+    /// keep-alive timeout (120 s without one): a host computing an ffdhe8192
+    /// exchange on a slow CPU needs more than the usual 5 s KATO.
+    pub auth_timeout_ms: u32,
 }
 
 impl Default for TransportConfig {
@@ -215,6 +220,7 @@ impl Default for TransportConfig {
             poll_mode: PollMode::Adaptive,
             poll_groups: 1,
             keep_alive_timeout_ms: 120_000,
+            auth_timeout_ms: 30_000,
         }
     }
 }

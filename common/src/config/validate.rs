@@ -196,7 +196,20 @@ fn check_transport(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
             ),
         );
     }
+    if !(AUTH_TIMEOUT_MIN_MS..=AUTH_TIMEOUT_MAX_MS).contains(&tc.auth_timeout_ms) {
+        c.err(
+            &t.key("auth_timeout_ms"),
+            format!(
+                "{} is not in {AUTH_TIMEOUT_MIN_MS}..={AUTH_TIMEOUT_MAX_MS} (ms)",
+                tc.auth_timeout_ms
+            ),
+        );
+    }
 }
+
+/// Bounds of `transport.auth_timeout_ms`: 1 s to 10 minutes.
+const AUTH_TIMEOUT_MIN_MS: u32 = 1000;
+const AUTH_TIMEOUT_MAX_MS: u32 = 600_000;
 
 fn check_tcp(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
     use super::tcp::{

@@ -7,8 +7,10 @@
 //! Authentication Required (SCT 1h, SC 91h, DNR) — Property Get/Set included, as SPDK
 //! (nvmet lets them through). A failed exchange ends the controller after the
 //! response that reports it (after a short grace, so that response arrives first);
-//! so does a transaction that stalls longer than the keep-alive timeout (120 s
-//! without one), as in nvmet.
+//! so does a transaction that stalls longer than `transport.auth_timeout_ms` (nvmet
+//! uses the keep-alive timeout, too short for a host computing ffdhe8192 on a slow
+//! CPU). Keep-alive does not expire the controller while its admin queue is
+//! authenticating: the host cannot send Keep Alive before it is authenticated.
 //!
 //! A queue whose controller asks for no authentication refuses both commands with
 //! Command Sequence Error (nvmet would run the exchange and fail it at the Reply).
@@ -26,18 +28,14 @@ use nvmf_common::wire::status::{cmd_specific, generic, Status};
 use super::{DataDir, ExecCtx, Plan, QueueCtx, Request};
 use crate::controller::Controller;
 
-/// How long a transaction may stall when the host set no keep-alive timeout (nvmet).
-const DEFAULT_AUTH_TIMEOUT: Duration = Duration::from_secs(120);
 /// After a failed exchange, how long the queue stays (refusing everything) before its
 /// controller ends, so the response reporting the failure reaches the host before the
 /// connection goes (nvmet ends it from a work item, too).
 const FAILURE_GRACE: Duration = Duration::from_millis(500);
 
+/// How long a transaction may wait for the host (`transport.auth_timeout_ms`).
 fn timeout(ctrl: &Controller) -> Duration {
-    match ctrl.kato_ms() {
-        0 => DEFAULT_AUTH_TIMEOUT,
-        ms => Duration::from_millis(u64::from(ms)),
-    }
+    Duration::from_millis(u64::from(ctrl.params.auth_timeout_ms))
 }
 
 /// After a successful Connect: the AUTHREQ bits of its response dword 0.

@@ -282,6 +282,14 @@ impl QueueCtx {
         Some((self.held_aers.remove(0), ev))
     }
 
+    /// Whether keep-alive waits: the queue's authentication has not completed or a
+    /// re-authentication is under way (the transaction has its own deadline).
+    pub fn keep_alive_paused(&self) -> bool {
+        self.auth
+            .as_ref()
+            .is_some_and(|a| !a.is_authenticated() || a.in_transaction())
+    }
+
     /// Why this queue's controller must end now, if it must: its authentication
     /// failed (and the grace passed) or its transaction stalled past the deadline.
     pub fn auth_expired(&self, now: Instant) -> Option<&'static str> {

@@ -318,7 +318,11 @@ impl<T: Transport> Runtime<T> {
             }
             if let Some(ctrl) = &q.ctx.ctrl {
                 if q.ctx.qid.is_admin() {
-                    ctrl.check_keep_alive(now);
+                    if q.ctx.keep_alive_paused() {
+                        ctrl.touch(now);
+                    } else {
+                        ctrl.check_keep_alive(now);
+                    }
                 }
                 if let Some(why) = q.ctx.auth_expired(now) {
                     ctrl.fatal(&format!("qid {}: {why}", q.ctx.qid));
