@@ -61,6 +61,18 @@ impl Nqn {
         Nqn::new(s)
     }
 
+    /// The empty Host NQN a Connect may carry (SPDK's host library sends one on machines
+    /// without a DMI UUID). The Linux target and SPDK accept it where any host may
+    /// connect; it matches no allow-list entry (configured NQNs are never empty).
+    pub fn empty_host() -> Self {
+        Nqn(String::new())
+    }
+
+    /// Whether this is the empty Host NQN.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The discovery subsystem's NQN.
     pub fn discovery() -> Self {
         Nqn(DISCOVERY_NQN.to_string())

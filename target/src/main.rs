@@ -142,9 +142,23 @@ fn main() -> ExitCode {
     }
     if let Some(Cmd::CheckConfig { file }) = &cli.cmd {
         return match Config::load(file) {
-            Ok(_) => {
-                println!("{}: OK", file.display());
-                ExitCode::SUCCESS
+            Ok(cfg) => {
+                let need = nvmf_target::limits::descriptors_needed(&cfg);
+                match nvmf_target::limits::hard_nofile() {
+                    Some(hard) if need > hard => {
+                        eprintln!(
+                            "{}: needs about {need} open files (namespaces x (1 + poll_groups) + {}), \
+                             but the hard limit (ulimit -Hn) is {hard}",
+                            file.display(),
+                            nvmf_target::limits::RESERVED_DESCRIPTORS
+                        );
+                        ExitCode::from(2)
+                    }
+                    _ => {
+                        println!("{}: OK", file.display());
+                        ExitCode::SUCCESS
+                    }
+                }
             }
             Err(e) => {
                 eprintln!("{e}");
@@ -202,6 +216,20 @@ fn devices_for(
 }
 
 fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<(), String> {
+    match nvmf_target::limits::raise_nofile() {
+        Ok((soft, hard)) => {
+            let need = nvmf_target::limits::descriptors_needed(cfg);
+            if need > soft {
+                tracing::warn!(
+                    need,
+                    soft,
+                    hard,
+                    "the open-file limit may be too low for this configuration"
+                );
+            }
+        }
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
     let target = Target::from_config(cfg).map_err(|e| e.to_string())?;
     let ports = target.ports();
     let mut servers = Vec::new();

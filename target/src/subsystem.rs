@@ -42,6 +42,9 @@ pub struct Namespace {
     pub anagrpid: u32,
     /// Reservations; kept across a replacement of the namespace (resize, reconfigure).
     pub resv: Arc<crate::resv::Reservation>,
+    /// Set when the namespace is removed: a command that found it but has not run yet
+    /// (waiting for its data) gets Invalid Namespace instead of reaching the backend.
+    removed: std::sync::atomic::AtomicBool,
 }
 
 static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -54,7 +57,8 @@ pub fn ns_retired_epoch() -> u64 {
     NS_RETIRED_EPOCH.load(Ordering::Acquire)
 }
 
-fn retire_namespace() {
+/// Moves the retirement epoch: poll groups drop backend channels no longer served.
+pub(crate) fn retire_namespace() {
     NS_RETIRED_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
@@ -75,7 +79,14 @@ impl Namespace {
             instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
             anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
             resv: Arc::new(crate::resv::Reservation::new(None)),
+            removed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether the namespace was removed from its subsystem.
+    #[inline]
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
     }
 
     /// The same namespace with its reservation state kept in `ptpl_file` (Persist
@@ -216,7 +227,9 @@ impl Subsystem {
     /// Removes a namespace; in-flight I/O keeps its `Arc` until it completes.
     pub fn remove_namespace(&self, nsid: Nsid) -> Option<Arc<Namespace>> {
         let ns = self.namespaces.write().remove(&nsid.0);
-        if ns.is_some() {
+        if let Some(n) = &ns {
+            // Before returning: no command executes on it from now on.
+            n.removed.store(true, Ordering::Release);
             retire_namespace();
             self.notify_ns_changed(nsid);
         }

@@ -131,6 +131,9 @@ impl Target {
             for c in sub.controllers() {
                 c.fatal("subsystem removed");
             }
+            // Its namespaces are no longer served: poll groups close the backend
+            // channels (and descriptors) they opened for them.
+            crate::subsystem::retire_namespace();
             self.discovery_changed_for(DiscoveryScope::Exporting(nqn), &|h| sub.host_allowed(h));
         }
         s

@@ -214,7 +214,7 @@ impl Default for TransportConfig {
         TransportConfig {
             max_queue_size: 128,
             max_admin_queue_size: 32,
-            max_io_queues: 8,
+            max_io_queues: 128,
             in_capsule_data_size: 8192,
             max_io_size: 1 << 20,
             poll_mode: PollMode::Adaptive,

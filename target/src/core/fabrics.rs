@@ -120,6 +120,8 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     };
     let hostnqn = match Nqn::from_wire(d.hostnqn_field()) {
         Ok(n) => n,
+        // Empty: admitted only by subsystems that allow any host (nvmet, SPDK).
+        Err(nvmf_common::types::NqnError::Empty) => Nqn::empty_host(),
         Err(e) => {
             warn!(%subnqn, "Connect with invalid host NQN: {e}");
             return Err(invalid_param(true, connect_data_offset::HOSTNQN, req));

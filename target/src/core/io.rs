@@ -149,7 +149,7 @@ fn submit(
         }
         return Ok(n);
     }
-    let Some(ns) = req.ns.clone() else {
+    let Some(ns) = req.ns.clone().filter(|n| !n.is_removed()) else {
         return Err(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
     };
     let slba = nvm::rw_slba(&cmd);

@@ -83,6 +83,9 @@ FIO_RC=$?
 cat "$LOG/fio.log"
 check "fio exit status 0 (no I/O error, data verified)" "[ $FIO_RC -eq 0 ]"
 check "fio reports no error" "! grep -qiE 'error|verify: bad' '$LOG/fio.log'"
+# Terse v3: field 15 is the read and field 56 the write completion latency maximum (us):
+# the longest any I/O waited, the ANA change and the node loss included.
+echo "failover: longest read $(cut -d';' -f15 "$LOG/fio.log") us, longest write $(cut -d';' -f56 "$LOG/fio.log") us"
 rm -f "$LOG/fio.pid"
 expect "disconnect" "disconnected 2 controller" nvme disconnect -n "$NQN"
 stop_bg node-b
