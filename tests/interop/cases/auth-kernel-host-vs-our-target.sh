@@ -78,8 +78,14 @@ for hh in $HASHES; do
   for gg in $DHGROUPS; do
     g=${gg%%:*}
     for b in 0 1; do
+      dmesg -C
       run "connect ${hh#*:} ${gg#*:} bidirectional=$b" connect_as "$h" "$g" "$b"
       DEV=$(wait_nvme "$NQN") || { echo "FAIL: no disk after authenticating (${hh#*:} ${gg#*:} $b)"; exit 1; }
+      # The kernel names what it authenticated with: the target chose what it was told.
+      run "kernel: authenticated with ${hh#*:} ${gg#*:}" sh -c "dmesg | grep -qF 'authenticated with hash ${hh#*:} dhgroup ${gg#*:}'"
+      if [ "$b" = 1 ]; then
+        run "kernel: controller authenticated" sh -c "dmesg | grep -qF 'controller authenticated'"
+      fi
       run "read 1 MiB" dd if="/dev/$DEV" of=/dev/null bs=1M count=1 iflag=direct status=none
       if [ "$h$g" = 11 ]; then
         run "verifying fio (${gg#*:}, bidirectional=$b)" fio --name=v --filename="/dev/$DEV" \
@@ -90,8 +96,6 @@ for hh in $HASHES; do
     done
   done
 done
-check "the target chose every hash and group it was told to (18 admin queues authenticated)" \
-  "[ \$(grep -c 'host authenticated (DH-HMAC-CHAP).*qid=0\\|qid=0.*host authenticated (DH-HMAC-CHAP)' '$LOG/target.log') -ge 18 ]"
 
 # Re-authentication while fio runs: new key on the target (file + SIGHUP), then in sysfs.
 run "connect for re-authentication" connect_as 2 1 1

@@ -22,7 +22,7 @@ EOF
 start_bg target "$T" --config "$CFG"
 wait_port "$GUEST_IP" 4420
 run "connect as host 1" nvme connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN" --hostnqn=$H1 --hostid=${H1##*:}
-run "connect as host 2" nvme connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN" --hostnqn=$H2 --hostid=${H2##*:}
+run "connect as host 2" nvme connect --duplicate-connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN" --hostnqn=$H2 --hostid=${H2##*:}
 wait_nvme "$NQN" > /dev/null || { echo "FAIL: no namespace disk"; exit 1; }
 ctrl_of() {
   for _c in /sys/class/nvme/nvme*; do
