@@ -68,6 +68,16 @@ fn example_configs_say_what_they_should() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/");
     let load = |name: &str| Config::load(Path::new(&format!("{dir}{name}"))).unwrap();
 
+    // The two nodes of one subsystem: same NQN and namespace, disjoint controller ids,
+    // node B non-optimized for group 1.
+    let (a, b) = (load("two-node-a.yaml"), load("two-node-b.yaml"));
+    let (sa, sb) = (&a.subsystems[0], &b.subsystems[0]);
+    assert_eq!(sa.nqn, sb.nqn);
+    assert_eq!(sa.namespaces[0].device_path, sb.namespaces[0].device_path);
+    assert!(sa.cntlid_max < sb.cntlid_min);
+    assert!(a.ports[0].ana_groups.is_empty());
+    assert_eq!(b.ports[0].ana_groups[0].state, crate::config::AnaState::NonOptimized);
+
     let lo = load("loopback.yaml");
     let ns: Vec<&str> = lo.subsystems[0]
         .namespaces
