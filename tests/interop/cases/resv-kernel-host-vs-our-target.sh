@@ -13,6 +13,7 @@ run "backing file (32 MiB)" truncate -s 32M "$WORK/ns1.img"
 cat > "$CFG" <<EOF
 ports:
   - { portid: 1, trtype: tcp, adrfam: ipv4, traddr: $GUEST_IP, trsvcid: "4420", subsystems: [$NQN] }
+  - { portid: 2, trtype: tcp, adrfam: ipv4, traddr: 127.0.0.1, trsvcid: "4420", subsystems: [$NQN] }
 subsystems:
   - nqn: $NQN
     allow_any_host: true
@@ -22,7 +23,10 @@ EOF
 start_bg target "$T" --config "$CFG"
 wait_port "$GUEST_IP" 4420
 run "connect as host 1" nvme connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN" --hostnqn=$H1 --hostid=${H1##*:}
-run "connect as host 2" nvme connect --duplicate-connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN" --hostnqn=$H2 --hostid=${H2##*:}
+# nvme-cli 2.3 refuses a second connection to the same address and subsystem even for
+# another host NQN: host 2 comes in through the loopback port.
+wait_port 127.0.0.1 4420
+run "connect as host 2" nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" --hostnqn=$H2 --hostid=${H2##*:}
 wait_nvme "$NQN" > /dev/null || { echo "FAIL: no namespace disk"; exit 1; }
 ctrl_of() {
   for _c in /sys/class/nvme/nvme*; do
