@@ -209,3 +209,64 @@ fn a_write_waiting_for_its_data_when_the_namespace_goes_gets_invalid_namespace()
         "{st}"
     );
 }
+
+/// 1,000 file-backed namespaces in one subsystem (2,000+ descriptors once they have
+/// seen I/O: more than the default soft limit, which the target raises at start as
+/// this test does) and 1,000 subsystems: all start, the last ones serve.
+#[test]
+fn a_thousand_namespaces_and_a_thousand_subsystems_start_and_serve() {
+    let (soft, _) = nvmf_target::limits::raise_nofile().unwrap();
+    assert!(
+        soft > 2 * 1000,
+        "the hard open-file limit is too low for this test: {soft}"
+    );
+    let dir = std::env::temp_dir().join(format!("nvmf-1000-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cfg = config(&[]);
+    for i in 1..=1000u32 {
+        let p = dir.join(format!("{i}.img"));
+        std::fs::write(&p, vec![0u8; 64 * 1024]).unwrap();
+        cfg.subsystems[0]
+            .namespaces
+            .push(nvmf_common::config::NamespaceConfig::new(
+                Nsid(i),
+                p.display().to_string(),
+            ));
+    }
+    cfg.validate().unwrap();
+    assert!(nvmf_target::limits::descriptors_needed(&cfg) > 2000);
+    let env = start_tcp(&cfg, Default::default());
+    let mut c = nvmf_tests::connect_to(&env.fabric, &env.nqn, 1, 8);
+    assert_eq!(c.namespaces().len(), 1000);
+    let buf = c.alloc(4096).unwrap();
+    let mut qs = c.take_io_queues();
+    for nsid in [1, 500, 1000] {
+        let r = qs[0]
+            .execute(
+                command::write(Nsid(nsid), 0, 8, false).unwrap(),
+                Some(&buf),
+                DataDir::ToCtrl,
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        assert!(r.status.is_success(), "namespace {nsid}: {}", r.status);
+    }
+    drop(qs);
+    c.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut many = config(&["ram:64K"]);
+    let first = many.subsystems[0].clone();
+    for i in 1..1000 {
+        let mut s = first.clone();
+        s.nqn = Nqn::new(format!("nqn.2024-01.io.nvmf-rs:many-{i}")).unwrap();
+        many.ports[0].subsystems.push(s.nqn.clone());
+        many.subsystems.push(s);
+    }
+    many.validate().unwrap();
+    let env = start_tcp(&many, Default::default());
+    let last = Nqn::new("nqn.2024-01.io.nvmf-rs:many-999").unwrap();
+    let c = nvmf_tests::connect_to(&env.fabric, &last, 1, 8);
+    assert_eq!(c.namespaces().len(), 1);
+    c.shutdown().unwrap();
+}

@@ -76,7 +76,10 @@ fn example_configs_say_what_they_should() {
     assert_eq!(sa.namespaces[0].device_path, sb.namespaces[0].device_path);
     assert!(sa.cntlid_max < sb.cntlid_min);
     assert!(a.ports[0].ana_groups.is_empty());
-    assert_eq!(b.ports[0].ana_groups[0].state, crate::config::AnaState::NonOptimized);
+    assert_eq!(
+        b.ports[0].ana_groups[0].state,
+        crate::config::AnaState::NonOptimized
+    );
 
     let lo = load("loopback.yaml");
     let ns: Vec<&str> = lo.subsystems[0]
