@@ -27,7 +27,9 @@ run "connect as host 1" nvme connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN" --h
 # another host NQN: host 2 comes in through the loopback port.
 wait_port 127.0.0.1 4420
 run "connect as host 2" nvme connect -t tcp -a 127.0.0.1 -s 4420 -n "$NQN" --hostnqn=$H2 --hostid=${H2##*:}
-wait_nvme "$NQN" > /dev/null || { echo "FAIL: no namespace disk"; exit 1; }
+DISK=$(wait_nvme "$NQN") || { echo "FAIL: no namespace disk"; exit 1; }
+# One 4 KiB transfer: CDW12 NLB (0-based) in the namespace's logical blocks.
+NLB=$(( 4096 / $(cat /sys/block/$DISK/queue/logical_block_size) - 1 ))
 ctrl_of() {
   for _c in /sys/class/nvme/nvme*; do
     [ "$(cat "$_c/subsysnqn")" = "$NQN" ] && [ "$(cat "$_c/hostnqn")" = "$1" ] && { echo "/dev/${_c##*/}"; return 0; }
@@ -37,8 +39,8 @@ ctrl_of() {
 C1=$(ctrl_of $H1) && C2=$(ctrl_of $H2) || { echo "FAIL: controllers not found"; exit 1; }
 echo "host 1: $C1, host 2: $C2"
 run "block of data" dd if=/dev/urandom of="$WORK/blk" bs=4096 count=1 status=none
-wr() { nvme io-passthru "$1" --opcode=0x01 --namespace-id=1 --data-len=4096 --cdw12=0 -w --input-file="$WORK/blk" 2>&1; }
-rd() { nvme io-passthru "$1" --opcode=0x02 --namespace-id=1 --data-len=4096 --cdw12=0 -r > /dev/null 2>&1; }
+wr() { nvme io-passthru "$1" --opcode=0x01 --namespace-id=1 --data-len=4096 --cdw12=$NLB -w --input-file="$WORK/blk" 2>&1; }
+rd() { nvme io-passthru "$1" --opcode=0x02 --namespace-id=1 --data-len=4096 --cdw12=$NLB -r > /dev/null 2>&1; }
 conflicts() { _o=$(wr "$1"); echo "$_o"; echo "$_o" | grep -qiE "reservation.conflict|0x4083|0x83"; }
 
 run "host 1 registers key 0xA1" nvme resv-register $C1 -n 1 --nrkey=0xA1 --rrega=0
