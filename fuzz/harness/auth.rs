@@ -7,9 +7,9 @@
 //!   group and ffdhe2048 so that executions stay fast): send the genuine host's next
 //!   message, a mutated one, or arbitrary bytes; receive with an arbitrary allocation
 //!   length; restart; expire. Invariants: nothing panics; a receive returns exactly AL
-//!   bytes; the controller becomes authenticated only right after the genuine host's
-//!   Reply (the same message, whatever its ignored bytes hold) or its Success2 for the
-//!   challenge it issued; once it must end, it never authenticates again.
+//!   bytes; the controller becomes authenticated only right after a Reply carrying the
+//!   genuine host's response R1 to the challenge it issued (or the host's Success2);
+//!   once it must end, it never authenticates again.
 
 use std::sync::Arc;
 
@@ -121,11 +121,16 @@ fn script(mode: u8, ops: &[u8]) {
         if let Some(m) = &sent {
             c.on_send(m, Some(policy.clone()));
             if !before && c.is_authenticated() {
-                // Equal as messages: bytes the message ignores (reserved fields, C2 when
-                // CVALID is clear) may differ.
+                // The host proved its key: the Reply carries the genuine host's R1 (the
+                // rest is not covered by R1: a changed CVALID only strips the
+                // controller's authentication, which the host then misses and refuses).
+                let r1 = |b: &[u8]| match Message::decode(b) {
+                    Ok(Message::Reply(r)) => Some(r.response),
+                    _ => None,
+                };
                 let is_reply = genuine_reply
                     .as_ref()
-                    .is_some_and(|g| Message::decode(g).ok() == Message::decode(m).ok());
+                    .is_some_and(|g| r1(g).is_some() && r1(g) == r1(m));
                 let is_success2 = m.get(1) == Some(&4) && genuine_reply.is_some();
                 assert!(
                     is_reply || is_success2,
