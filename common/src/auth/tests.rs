@@ -195,3 +195,23 @@ fn negotiate_layout_matches_linux() {
     assert_eq!(&b[8 + 4 + 30..8 + 4 + 36], &[0, 1, 2, 3, 4, 5]);
     assert!(matches!(Message::decode(&b), Ok(Message::Negotiate(_))));
 }
+
+/// A Reply whose CVALID was cleared in transit (R1 does not cover it): the controller
+/// accepts the host, sends Success1 without R2, and the host, which asked for the
+/// controller's proof, refuses.
+#[test]
+fn stripped_controller_authentication_is_refused_by_the_host() {
+    let (p, k) = policy(true, &[HashId::Sha256], &[DhGroup::Null]);
+    let mut c = ControllerAuth::new(HOST, SUB);
+    let mut h = HostAuth::new(k, HOST, SUB, 3);
+    c.on_send(&h.negotiate(), Some(p.clone()));
+    let (ch, _) = c.on_receive(4096).unwrap();
+    let mut reply = h.on_challenge(&ch).unwrap();
+    reply[8] = 0; // CVALID
+    assert_eq!(
+        c.on_send(&reply, Some(p)),
+        SendEvent::HostAuthenticated { bidirectional: false }
+    );
+    let (s1, _) = c.on_receive(4096).unwrap();
+    assert_eq!(h.on_success1(&s1), Err(HostAuthError::ControllerNotAuthenticated));
+}
