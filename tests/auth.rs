@@ -247,13 +247,18 @@ fn reauthentication_on_a_live_controller() {
 
 /// A raw admin queue connected as host `a` (no authentication run yet).
 fn raw_admin(t: &Two) -> Queue {
+    raw_admin_kato(t, 0)
+}
+
+/// [`raw_admin`] with keep-alive timeout `kato_ms`.
+fn raw_admin_kato(t: &Two, kato_ms: u32) -> Queue {
     let mut q = raw_queue(&t.env, 0, 32);
     let data = command::connect_data(TEST_HOSTID, Cntlid::DYNAMIC, &t.env.nqn, &host("a"));
     let buf = t.env.fabric.alloc(data.len()).unwrap();
     assert!(buf.write_at(0, &data));
     let c = exec(
         &mut q,
-        command::connect(Qid::ADMIN, 31, 0),
+        command::connect(Qid::ADMIN, 31, kato_ms),
         Some(&buf),
         DataDir::ToCtrl,
     );
@@ -480,17 +485,7 @@ fn reply_replayed_into_a_new_transaction() {
 fn host_that_stops_mid_exchange_is_ended_by_the_deadline() {
     let t = two();
     // transport.auth_timeout_ms is 1 s here: the transaction may stall that long.
-    let mut q = raw_queue(&t.env, 0, 32);
-    let data = command::connect_data(TEST_HOSTID, Cntlid::DYNAMIC, &t.env.nqn, &host("a"));
-    let buf = t.env.fabric.alloc(data.len()).unwrap();
-    assert!(buf.write_at(0, &data));
-    let c = exec(
-        &mut q,
-        command::connect(Qid::ADMIN, 31, 1000),
-        Some(&buf),
-        DataDir::ToCtrl,
-    );
-    assert!(c.status.is_success());
+    let mut q = raw_admin_kato(&t, 1000);
     let _ = challenge(&t, &mut q, 9);
     std::thread::sleep(Duration::from_millis(2500));
     let r = q.execute(

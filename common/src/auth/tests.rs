@@ -210,8 +210,13 @@ fn stripped_controller_authentication_is_refused_by_the_host() {
     reply[8] = 0; // CVALID
     assert_eq!(
         c.on_send(&reply, Some(p)),
-        SendEvent::HostAuthenticated { bidirectional: false }
+        SendEvent::HostAuthenticated {
+            bidirectional: false
+        }
     );
     let (s1, _) = c.on_receive(4096).unwrap();
-    assert_eq!(h.on_success1(&s1), Err(HostAuthError::ControllerNotAuthenticated));
+    assert_eq!(
+        h.on_success1(&s1),
+        Err(HostAuthError::ControllerNotAuthenticated)
+    );
 }
