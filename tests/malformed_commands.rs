@@ -472,13 +472,17 @@ const ADMIN_SUPPORTED: [u8; 8] = [
 ];
 
 /// NVM I/O opcodes this controller implements.
-const IO_SUPPORTED: [u8; 7] = [
+const IO_SUPPORTED: [u8; 11] = [
     nvm_op::FLUSH,
     nvm_op::WRITE,
     nvm_op::READ,
     nvm_op::COMPARE,
     nvm_op::WRITE_ZEROES,
     nvm_op::DATASET_MANAGEMENT,
+    nvm_op::RESERVATION_REGISTER,
+    nvm_op::RESERVATION_REPORT,
+    nvm_op::RESERVATION_ACQUIRE,
+    nvm_op::RESERVATION_RELEASE,
     admin_op::FABRICS,
 ];
 
