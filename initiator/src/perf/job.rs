@@ -175,6 +175,7 @@ enum Phase {
     Readback,
 }
 
+#[derive(Clone, Copy)]
 struct Planned {
     unit: u64,
     nblocks: u32,
@@ -205,6 +206,9 @@ struct Job<'a> {
     retry: Vec<usize>,
     /// Commands in flight on the current queue.
     inflight: usize,
+    /// An I/O planned while every command identifier was in use (iodepth above the
+    /// queue's size): the next one submitted.
+    pending: Option<Planned>,
     /// Whether host timeouts are retried after a reconnect rather than counted.
     recovering: bool,
     /// Successful completions in every phase (progress between reconnects).
@@ -282,6 +286,7 @@ pub fn run_job(
         free: (0..depth).rev().collect(),
         retry: Vec::new(),
         inflight: 0,
+        pending: None,
         recovering: recovery.is_some_and(|r| r.source.retry_policy() == RetryPolicy::Retry),
         completed: 0,
         done_ios: 0,
@@ -565,12 +570,14 @@ impl Job<'_> {
                 let now = Instant::now();
                 let mut submitted = 0usize;
                 while let Some(&s) = self.free.last() {
-                    let Some(p) = self.next_io(phase) else {
+                    let Some(p) = self.pending.take().or_else(|| self.next_io(phase)) else {
                         stop_submit = true;
                         break;
                     };
                     if !self.start(q, s, p, now)? {
-                        stop_submit = true;
+                        // Every command identifier is in use (iodepth above the queue's
+                        // size): the planned I/O waits for the next completion.
+                        self.pending = Some(p);
                         break;
                     }
                     self.free.pop();
