@@ -139,7 +139,11 @@ fn iodepth_beyond_the_queue_size_is_queued_in_the_job() {
     o.size = Some(1 << 20);
     o.runtime = None;
     let r = run(&c, &mut qs, &o).unwrap();
-    assert!(!r.failed() && r.verify.failure_count == 0 && r.verify.blocks_checked > 0, "{}", r.format_normal());
+    assert!(
+        !r.failed() && r.verify.failure_count == 0 && r.verify.blocks_checked > 0,
+        "{}",
+        r.format_normal()
+    );
 }
 
 #[test]
