@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod tls;
 pub mod transport;
 pub mod types;
 pub mod verbs;
