@@ -14,6 +14,7 @@ mod map_cmd;
 mod perf_cmd;
 mod query_cmd;
 mod reconnect_args;
+mod resv_cmd;
 mod session;
 #[cfg(test)]
 mod tests;
@@ -64,6 +65,16 @@ pub enum Command {
     Perf(PerfArgs),
     /// Export a namespace locally as an NBD server until SIGINT/SIGTERM.
     Map(map_cmd::MapArgs),
+    /// Register, unregister or replace a reservation key (like `nvme resv-register`).
+    ResvRegister(resv_cmd::ResvRegisterArgs),
+    /// Acquire or preempt a reservation (like `nvme resv-acquire`).
+    ResvAcquire(resv_cmd::ResvAcquireArgs),
+    /// Release or clear a reservation (like `nvme resv-release`).
+    ResvRelease(resv_cmd::ResvReleaseArgs),
+    /// Print the reservation status (like `nvme resv-report --eds`).
+    ResvReport(resv_cmd::ResvReportArgs),
+    /// Print the ANA log page (like `nvme ana-log`).
+    AnaLog(resv_cmd::AnaLogArgs),
 }
 
 /// A CLI failure with its exit code.
@@ -123,6 +134,11 @@ pub fn main() -> ExitCode {
         Command::Write(a) => io_cmd::write(a),
         Command::Perf(a) => perf_cmd::perf_cmd(a),
         Command::Map(a) => map_cmd::map_cmd(a),
+        Command::ResvRegister(a) => resv_cmd::register(a),
+        Command::ResvAcquire(a) => resv_cmd::acquire(a),
+        Command::ResvRelease(a) => resv_cmd::release(a),
+        Command::ResvReport(a) => resv_cmd::report(a),
+        Command::AnaLog(a) => resv_cmd::ana_log(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

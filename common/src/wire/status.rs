@@ -291,6 +291,8 @@ impl Status {
             (Sct::Generic, g::LBA_OUT_OF_RANGE) => "LBA Out of Range",
             (Sct::Generic, g::CAPACITY_EXCEEDED) => "Capacity Exceeded",
             (Sct::Generic, g::NS_NOT_READY) => "Namespace Not Ready",
+            (Sct::Generic, g::RESERVATION_CONFLICT) => "Reservation Conflict",
+            (Sct::Generic, g::HOST_ID_INCONSISTENT_FORMAT) => "Host Identifier Inconsistent Format",
             (Sct::CommandSpecific, c::INVALID_QUEUE_IDENTIFIER) => "Invalid Queue Identifier",
             (Sct::CommandSpecific, c::INVALID_QUEUE_SIZE) => "Invalid Queue Size",
             (Sct::CommandSpecific, c::ASYNC_EVENT_REQUEST_LIMIT_EXCEEDED) => {
@@ -304,11 +306,21 @@ impl Status {
             (Sct::CommandSpecific, c::CONNECT_RESTART_DISCOVERY) => "Connect Restart Discovery",
             (Sct::CommandSpecific, c::CONNECT_INVALID_HOST) => "Connect Invalid Host",
             (Sct::CommandSpecific, c::INVALID_QUEUE_TYPE) => "Invalid Queue Type",
+            (Sct::CommandSpecific, c::AUTH_REQUIRED) => "Authentication Required",
             (Sct::MediaError, media::WRITE_FAULT) => "Write Fault",
             (Sct::MediaError, media::UNRECOVERED_READ_ERROR) => "Unrecovered Read Error",
             (Sct::MediaError, media::COMPARE_FAILURE) => "Compare Failure",
             (Sct::MediaError, media::ACCESS_DENIED) => "Access Denied",
             (Sct::PathRelated, path::INTERNAL_PATH_ERROR) => "Internal Path Error",
+            (Sct::PathRelated, path::ASYMMETRIC_ACCESS_PERSISTENT_LOSS) => {
+                "Asymmetric Access Persistent Loss"
+            }
+            (Sct::PathRelated, path::ASYMMETRIC_ACCESS_INACCESSIBLE) => {
+                "Asymmetric Access Inaccessible"
+            }
+            (Sct::PathRelated, path::ASYMMETRIC_ACCESS_TRANSITION) => {
+                "Asymmetric Access Transition"
+            }
             (Sct::PathRelated, path::CONTROLLER_PATHING_ERROR) => "Controller Pathing Error",
             (Sct::PathRelated, path::HOST_PATHING_ERROR) => "Host Pathing Error",
             (Sct::PathRelated, path::COMMAND_ABORTED_BY_HOST) => "Command Aborted By Host",

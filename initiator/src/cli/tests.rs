@@ -315,3 +315,102 @@ fn list_table() {
         .unwrap()
         .starts_with("1            1MiB        512           2048  abab"));
 }
+
+#[test]
+fn reservation_and_ana_log_flags_like_nvme_cli() {
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "resv-acquire",
+        "-t",
+        "tcp",
+        "-a",
+        "10.0.0.1",
+        "-n",
+        "nqn.x:y",
+        "-c",
+        "0xB2",
+        "-p",
+        "0xA1",
+        "-r",
+        "1",
+        "--racqa",
+        "1",
+    ])
+    .unwrap();
+    let Command::ResvAcquire(a) = c.command else {
+        panic!("not resv-acquire")
+    };
+    assert_eq!(
+        (a.crkey, a.prkey, a.rtype, a.racqa, a.nsid),
+        (0xB2, 0xA1, 1, 1, 1)
+    );
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "resv-register",
+        "-t",
+        "tcp",
+        "-a",
+        "10.0.0.1",
+        "-n",
+        "nqn.x:y",
+        "--nrkey",
+        "161",
+        "--rrega",
+        "2",
+        "--iekey",
+        "-p",
+        "3",
+    ])
+    .unwrap();
+    let Command::ResvRegister(r) = c.command else {
+        panic!("not resv-register")
+    };
+    assert_eq!((r.nrkey, r.rrega, r.iekey, r.cptpl), (161, 2, true, 3));
+    assert!(Cli::try_parse_from([
+        "nvmf-initiator",
+        "resv-report",
+        "-t",
+        "tcp",
+        "-e",
+        "-o",
+        "json"
+    ])
+    .is_ok());
+    assert!(Cli::try_parse_from(["nvmf-initiator", "ana-log", "-t", "tcp", "--groups"]).is_ok());
+}
+
+#[test]
+fn reservation_report_and_ana_log_print_like_nvme_cli() {
+    use nvmf_common::wire::ana::{AnaGroupDesc, AnaState};
+    use nvmf_common::wire::resv::Registrant;
+    let regs = [Registrant {
+        hostid: [0xC1; 16],
+        rkey: 0xA1,
+        holds: true,
+    }];
+    let text = super::resv_cmd::format_report(2, 1, false, &regs);
+    assert!(
+        text.contains("gen       : 2\nrtype     : 1\nregctl    : 1\nptpls     : 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  rcsts      : 1\n") && text.contains("  rkey       : a1\n"),
+        "{text}"
+    );
+    let j = super::resv_cmd::report_json(2, 1, false, &regs);
+    assert_eq!(j["regctlext"][0]["rkey"], 161);
+    assert_eq!(j["regctlext"][0]["cntlid"], 65535);
+    let g = [AnaGroupDesc {
+        grpid: 2,
+        chgcnt: 5,
+        state: AnaState::Inaccessible,
+        nsids: vec![3],
+    }];
+    let text = super::resv_cmd::format_ana(5, &g);
+    assert!(
+        text.contains(
+            "grpid\t:\t2\nnnsids\t:\t1\nchgcnt\t:\t5\nstate\t:\tinaccessible\n\tnsid\t:\t3\n"
+        ),
+        "{text}"
+    );
+}
