@@ -39,6 +39,10 @@ pub enum Error {
     /// A local file could not be read or written.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// The path failed the command (a path-related status: ANA inaccessible, persistent
+    /// loss or in transition): another path may serve it.
+    #[error("path error: {0}")]
+    Path(String),
     /// In-band authentication (DH-HMAC-CHAP) failed; the message names what failed.
     #[error("authentication failed: {0}")]
     Auth(String),
@@ -68,7 +72,7 @@ impl Error {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            Error::Transport(_) | Error::Protocol(_) | Error::Timeout(_)
+            Error::Transport(_) | Error::Protocol(_) | Error::Timeout(_) | Error::Path(_)
         )
     }
 }

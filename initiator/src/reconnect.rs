@@ -9,6 +9,12 @@
 //! the kernel removes the controller). The failed work is then retried on the new
 //! controller ([`RetryPolicy::Retry`]) or reported ([`RetryPolicy::Fail`]): nothing
 //! waits forever, every wait is bounded by the command timeout or `ctrl_loss_tmo`.
+//!
+//! With several paths to the subsystem ([`Session::with_paths`]: other addresses or
+//! target nodes), a lost controller is replaced through the next path that serves the
+//! namespaces (failover): each path is tried in turn, first for one whose ANA groups
+//! are all optimized, then for one that is at least non-optimized, and the rounds
+//! back off as above until `ctrl_loss_tmo`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,7 +120,9 @@ fn retryable(e: &Error) -> bool {
 
 /// A controller that comes back after a lost connection.
 pub struct Session {
-    fabric: Arc<dyn Fabric>,
+    /// Every path to the subsystem; `current` is the one the controller uses.
+    paths: Vec<Arc<dyn Fabric>>,
+    current: usize,
     opts: ConnectOptions,
     policy: ReconnectPolicy,
     ctrl: Option<Controller>,
@@ -132,7 +140,8 @@ impl Session {
     ) -> Result<Session, Error> {
         let ctrl = connect_with_retry(&fabric, &opts, &policy)?;
         Ok(Session {
-            fabric,
+            paths: vec![fabric],
+            current: 0,
             opts,
             policy,
             ctrl: Some(ctrl),
@@ -150,13 +159,25 @@ impl Session {
     ) -> Result<Session, Error> {
         let ctrl = Controller::connect(fabric.clone(), opts.clone())?;
         Ok(Session {
-            fabric,
+            paths: vec![fabric],
+            current: 0,
             opts,
             policy,
             ctrl: Some(ctrl),
             lost_at: None,
             reconnects: 0,
         })
+    }
+
+    /// Adds other paths to the same subsystem, used when the current one is lost.
+    pub fn with_paths(mut self, more: Vec<Arc<dyn Fabric>>) -> Session {
+        self.paths.extend(more);
+        self
+    }
+
+    /// Which path (index in connection order) the controller uses.
+    pub fn current_path(&self) -> usize {
+        self.current
     }
 
     /// The reconnect policy.
@@ -225,7 +246,17 @@ impl Session {
                     )));
                 }
             }
-            let c = connect_with_retry(&self.fabric, &self.opts, &policy)?;
+            let c = if self.paths.len() > 1 {
+                let (i, c) = failover(&self.paths, self.current, &self.opts, &policy)?;
+                self.current = i;
+                c
+            } else {
+                let fabric = self
+                    .paths
+                    .get(self.current)
+                    .ok_or_else(|| Error::Protocol("no path".into()))?;
+                connect_with_retry(fabric, &self.opts, &policy)?
+            };
             self.reconnects += 1;
             self.lost_at = None;
             self.ctrl = Some(c);
@@ -250,5 +281,98 @@ impl Session {
             Some(c) => c.shutdown(),
             None => Ok(()),
         }
+    }
+}
+
+/// How usable a path's controller is for I/O, from its ANA log page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum PathState {
+    /// Some namespace is inaccessible, in persistent loss or in transition here.
+    Unusable,
+    NonOptimized,
+    Optimized,
+}
+
+fn path_state(c: &Controller) -> PathState {
+    use nvmf_common::wire::ana::{decode_log, AnaState};
+    use nvmf_common::wire::identify::cmic;
+    if c.id_ctrl().cmic & cmic::ANA == 0 {
+        return PathState::Optimized;
+    }
+    let log = c.get_log_page(
+        nvmf_common::wire::log::lid::ANA,
+        nvmf_common::types::Nsid::NONE,
+        ANA_LOG_PROBE_LEN,
+        0,
+    );
+    let Some((_, groups)) = log.ok().and_then(|p| decode_log(&p)) else {
+        return PathState::Unusable;
+    };
+    let mut state = PathState::Optimized;
+    for g in groups.iter().filter(|g| !g.nsids.is_empty()) {
+        state = state.min(match g.state {
+            AnaState::Optimized => PathState::Optimized,
+            AnaState::NonOptimized => PathState::NonOptimized,
+            _ => PathState::Unusable,
+        });
+    }
+    state
+}
+
+/// Bytes of the ANA log page read to judge a path (a few groups and namespaces).
+const ANA_LOG_PROBE_LEN: usize = 4096;
+
+/// Connects through the paths after `lost` in turn, preferring one whose groups are all
+/// optimized, then one that is at least non-optimized; rounds back off per `policy`.
+fn failover(
+    paths: &[Arc<dyn Fabric>],
+    lost: usize,
+    opts: &ConnectOptions,
+    policy: &ReconnectPolicy,
+) -> Result<(usize, Controller), Error> {
+    let started = Instant::now();
+    let mut delay = policy.reconnect_delay;
+    let n = paths.len();
+    let mut last: Option<Error> = None;
+    loop {
+        let mut fallback: Option<(usize, Controller)> = None;
+        for k in 1..=n {
+            let i = (lost + k) % n;
+            let Some(fabric) = paths.get(i) else { continue };
+            match Controller::connect(fabric.clone(), opts.clone()) {
+                Ok(c) => match path_state(&c) {
+                    PathState::Optimized => {
+                        info!(path = i, subnqn = %opts.subnqn, "failed over to an optimized path");
+                        return Ok((i, c));
+                    }
+                    PathState::NonOptimized if fallback.is_none() => fallback = Some((i, c)),
+                    _ => {
+                        let _ = c.shutdown();
+                    }
+                },
+                Err(e) if !retryable(&e) => return Err(e),
+                Err(e) => {
+                    warn!(path = i, subnqn = %opts.subnqn, "path unreachable: {e}");
+                    last = Some(e);
+                }
+            }
+        }
+        if let Some((i, c)) = fallback {
+            info!(path = i, subnqn = %opts.subnqn, "failed over to a non-optimized path");
+            return Ok((i, c));
+        }
+        let left = policy
+            .ctrl_loss_tmo
+            .map(|t| t.saturating_sub(started.elapsed()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(Error::Timeout(format!(
+                "no usable path to {} within ctrl-loss-tmo; last error: {}",
+                opts.subnqn,
+                last.map_or("every path refuses I/O (ANA)".to_string(), |e| e
+                    .to_string())
+            )));
+        }
+        std::thread::sleep(left.map_or(delay, |l| l.min(delay)));
+        delay = (delay * 2).min(MAX_RECONNECT_DELAY);
     }
 }

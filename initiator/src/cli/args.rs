@@ -32,12 +32,15 @@ pub struct ConnArgs {
     /// Transport.
     #[arg(short = 't', long, value_enum)]
     pub transport: TransportKind,
-    /// Transport address (IP address for rdma and tcp).
+    /// Transport address (IP address for rdma and tcp). Repeat it for more paths to
+    /// the same subsystem (NVMe/TCP): `perf` fails over to the next one when a path is
+    /// lost or its ANA group becomes inaccessible.
     #[arg(short = 'a', long)]
-    pub traddr: Option<String>,
-    /// Transport service id (port).
+    pub traddr: Vec<String>,
+    /// Transport service id (port); repeated, the n-th goes with the n-th -a (the last
+    /// one with the rest).
     #[arg(short = 's', long, default_value = "4420")]
-    pub trsvcid: String,
+    pub trsvcid: Vec<String>,
     /// Subsystem NQN (loopback: defaults to the in-process target's first subsystem).
     #[arg(short = 'n', long)]
     pub nqn: Option<String>,

@@ -17,7 +17,8 @@ pub(super) fn perf_cmd(a: &PerfArgs) -> CliResult {
         u16::try_from(a.numjobs).map_err(|_| CliError::Usage("--numjobs is too large".into()))?;
     let min_q = u16::try_from(a.iodepth.saturating_add(1)).unwrap_or(u16::MAX);
     let o = connect_options(&a.conn, &s, jobs.max(1), min_q)?;
-    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?;
+    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
+        .with_paths(super::session::more_paths(&a.conn)?);
     let target = PerfTarget::from_controller(session.controller()?, Nsid(a.nsid))?;
     let (shared, mut queues) = SharedSession::new(session)?;
     let opts = PerfOptions {

@@ -95,9 +95,14 @@ pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
         TransportKind::Rdma => {
             let traddr = conn
                 .traddr
-                .as_deref()
+                .first()
                 .ok_or_else(|| CliError::Usage("-t rdma needs -a/--traddr".into()))?;
-            let addr = format!("{traddr}:{}", conn.trsvcid);
+            if conn.traddr.len() > 1 {
+                return Err(CliError::Usage(
+                    "several paths (-a repeated) need -t tcp for now".into(),
+                ));
+            }
+            let addr = format!("{traddr}:{}", trsvcid(conn, 0));
             let device = rdma_device(&addr, timeout)?;
             let fabric = RdmaFabric::new(device, addr).map_err(Error::Transport)?;
             Ok(Session {
@@ -111,18 +116,44 @@ pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
     }
 }
 
+/// The service id of path `i`: the i-th -s, or the last one given.
+fn trsvcid(conn: &ConnArgs, i: usize) -> &str {
+    conn.trsvcid
+        .get(i)
+        .or(conn.trsvcid.last())
+        .map_or("4420", String::as_str)
+}
+
 /// The NVMe/TCP fabric for `-t tcp -a ADDR -s PORT [--hdr-digest] [--data-digest]`.
 pub(super) fn tcp_fabric(conn: &ConnArgs) -> Result<TcpFabric, CliError> {
+    tcp_path(conn, 0)
+}
+
+/// The other paths given by repeating -a (and -s): NVMe/TCP only.
+pub(super) fn more_paths(conn: &ConnArgs) -> Result<Vec<Arc<dyn Fabric>>, CliError> {
+    (1..conn.traddr.len())
+        .map(|i| {
+            if conn.transport != TransportKind::Tcp {
+                return Err(CliError::Usage(
+                    "several paths (-a repeated) need -t tcp for now".into(),
+                ));
+            }
+            tcp_path(conn, i).map(|f| Arc::new(f) as Arc<dyn Fabric>)
+        })
+        .collect()
+}
+
+/// The NVMe/TCP fabric of path `i` (the i-th -a).
+fn tcp_path(conn: &ConnArgs, i: usize) -> Result<TcpFabric, CliError> {
     let traddr = conn
         .traddr
-        .as_deref()
+        .get(i)
+        .map(String::as_str)
         .ok_or_else(|| CliError::Usage("-t tcp needs -a/--traddr".into()))?;
-    let port: u16 = conn.trsvcid.parse().map_err(|_| {
-        CliError::Usage(format!(
-            "-s/--trsvcid {:?}: not a TCP port number",
-            conn.trsvcid
-        ))
-    })?;
+    let svc = trsvcid(conn, i);
+    let port: u16 = svc
+        .parse()
+        .map_err(|_| CliError::Usage(format!("-s/--trsvcid {svc:?}: not a TCP port number")))?;
     // An IPv6 address may come bracketed ("[fe80::1]").
     let host = traddr
         .strip_prefix('[')

@@ -61,7 +61,7 @@ fn parses_nvme_cli_and_fio_flags() {
         panic!("not perf");
     };
     assert_eq!(p.conn.transport, TransportKind::Loopback);
-    assert_eq!(p.conn.trsvcid, "4420");
+    assert_eq!(p.conn.trsvcid, ["4420"]);
     assert_eq!(
         (p.conn.nr_io_queues, p.conn.queue_size),
         (Some(2), Some(64))
@@ -93,8 +93,8 @@ fn parses_nvme_cli_and_fio_flags() {
     let Command::Discover(d) = c.command else {
         panic!("not discover");
     };
-    assert_eq!(d.conn.traddr.as_deref(), Some("10.0.0.1"));
-    assert_eq!(d.conn.trsvcid, "4421");
+    assert_eq!(d.conn.traddr, ["10.0.0.1"]);
+    assert_eq!(d.conn.trsvcid, ["4421"]);
 
     assert!(
         Cli::try_parse_from(["nvmf-initiator", "list"]).is_err(),
@@ -206,8 +206,8 @@ fn tcp_flags_build_a_tcp_fabric() {
 fn usage_errors_before_connecting() {
     let conn = |t: TransportKind| ConnArgs {
         transport: t,
-        traddr: None,
-        trsvcid: "4420".into(),
+        traddr: Vec::new(),
+        trsvcid: vec!["4420".into()],
         nqn: None,
         hostnqn: Some("nqn.h".into()),
         hostid: Some("3f6a2c1e-8a4b-4e4e-9b1a-0123456789ab".into()),
@@ -230,7 +230,7 @@ fn usage_errors_before_connecting() {
     // 192.0.2.1 (TEST-NET-1) is unreachable over RDMA from anywhere: without an
     // RDMA stack the device lookup fails at once, with one within the timeout.
     let mut c = conn(TransportKind::Rdma);
-    c.traddr = Some("192.0.2.1".into());
+    c.traddr = vec!["192.0.2.1".into()];
     c.timeout = 1;
     match open(&c) {
         Err(CliError::Failed(e)) => {
@@ -243,8 +243,8 @@ fn usage_errors_before_connecting() {
         matches!(open(&conn(TransportKind::Tcp)), Err(CliError::Usage(m)) if m.contains("-a/--traddr"))
     );
     let mut c = conn(TransportKind::Tcp);
-    c.traddr = Some("127.0.0.1".into());
-    c.trsvcid = "port".into();
+    c.traddr = vec!["127.0.0.1".into()];
+    c.trsvcid = vec!["port".into()];
     assert!(matches!(open(&c), Err(CliError::Usage(m)) if m.contains("not a TCP port number")));
     let mut c = conn(TransportKind::Loopback);
     c.hdr_digest = true;

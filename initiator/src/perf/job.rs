@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use nvmf_common::types::Nsid;
+use nvmf_common::wire::status::Sct;
 
 use super::parse::Rw;
 use super::rng::{splitmix64, Permutation, Rng};
@@ -209,6 +210,8 @@ struct Job<'a> {
     /// An I/O planned while every command identifier was in use (iodepth above the
     /// queue's size): the next one submitted.
     pending: Option<Planned>,
+    /// Commands the path refused (path-related status) since the last recovery.
+    path_errors: u32,
     /// Whether host timeouts are retried after a reconnect rather than counted.
     recovering: bool,
     /// Successful completions in every phase (progress between reconnects).
@@ -287,6 +290,7 @@ pub fn run_job(
         retry: Vec::new(),
         inflight: 0,
         pending: None,
+        path_errors: 0,
         recovering: recovery.is_some_and(|r| r.source.retry_policy() == RetryPolicy::Retry),
         completed: 0,
         done_ios: 0,
@@ -479,6 +483,11 @@ impl Job<'_> {
         if self.recovering && c.is_host_timeout() {
             return false;
         }
+        if self.recovering && c.status.sct == Sct::PathRelated && !c.status.dnr {
+            // The path cannot serve it now (ANA): retried on the next path.
+            self.path_errors += 1;
+            return false;
+        }
         if !c.status.is_success() {
             self.out.errors += 1;
             self.failed = true;
@@ -602,6 +611,13 @@ impl Job<'_> {
             // A protocol error leaves the queue broken: stop (the caller records it).
             polled?;
             if !self.retry.is_empty() {
+                if std::mem::take(&mut self.path_errors) > 0 {
+                    return Err(Error::Path(format!(
+                        "{} command(s) on queue {} refused by the path (ANA)",
+                        self.retry.len(),
+                        q.qid()
+                    )));
+                }
                 return Err(Error::Timeout(format!(
                     "{} command(s) on queue {} got no response before the command timeout",
                     self.retry.len(),
