@@ -8,6 +8,7 @@
 
 use std::process::ExitCode;
 
+mod admin_cmd;
 mod args;
 mod io_cmd;
 mod map_cmd;
@@ -75,6 +76,18 @@ pub enum Command {
     ResvReport(resv_cmd::ResvReportArgs),
     /// Print the ANA log page (like `nvme ana-log`).
     AnaLog(resv_cmd::AnaLogArgs),
+    /// Read any log page (like `nvme get-log`).
+    GetLog(admin_cmd::GetLogArgs),
+    /// Read a feature (like `nvme get-feature`).
+    GetFeature(admin_cmd::GetFeatureArgs),
+    /// Change a feature (like `nvme set-feature`).
+    SetFeature(admin_cmd::SetFeatureArgs),
+    /// Flush the volatile write cache (like `nvme flush`).
+    Flush(admin_cmd::FlushArgs),
+    /// Zero blocks (like `nvme write-zeroes`).
+    WriteZeroes(admin_cmd::WriteZeroesArgs),
+    /// Deallocate ranges (like `nvme dsm --ad`).
+    Dsm(admin_cmd::DsmArgs),
 }
 
 /// A CLI failure with its exit code.
@@ -139,6 +152,12 @@ pub fn main() -> ExitCode {
         Command::ResvRelease(a) => resv_cmd::release(a),
         Command::ResvReport(a) => resv_cmd::report(a),
         Command::AnaLog(a) => resv_cmd::ana_log(a),
+        Command::GetLog(a) => admin_cmd::get_log(a),
+        Command::GetFeature(a) => admin_cmd::get_feature(a),
+        Command::SetFeature(a) => admin_cmd::set_feature(a),
+        Command::Flush(a) => admin_cmd::flush(a),
+        Command::WriteZeroes(a) => admin_cmd::write_zeroes(a),
+        Command::Dsm(a) => admin_cmd::dsm(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

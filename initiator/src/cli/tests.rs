@@ -414,3 +414,91 @@ fn reservation_report_and_ana_log_print_like_nvme_cli() {
         "{text}"
     );
 }
+
+#[test]
+fn admin_and_io_commands_like_nvme_cli() {
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "get-log",
+        "-t",
+        "tcp",
+        "-a",
+        "10.0.0.1",
+        "-n",
+        "nqn.x:y",
+        "--log-id",
+        "0x0c",
+        "-l",
+        "4096",
+        "--lpo",
+        "16",
+        "-b",
+    ])
+    .unwrap();
+    let Command::GetLog(g) = c.command else {
+        panic!("not get-log")
+    };
+    assert_eq!(
+        (g.log_id, g.log_len, g.lpo, g.raw_binary, g.nsid),
+        (0x0C, 4096, 16, true, u32::MAX)
+    );
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "set-feature",
+        "-t",
+        "tcp",
+        "-f",
+        "0x82",
+        "--nsid",
+        "1",
+        "--value",
+        "0x6",
+    ])
+    .unwrap();
+    let Command::SetFeature(s) = c.command else {
+        panic!("not set-feature")
+    };
+    assert_eq!((s.feature_id, s.nsid, s.value, s.save), (0x82, 1, 6, false));
+    let c = Cli::try_parse_from([
+        "nvmf-initiator",
+        "dsm",
+        "-t",
+        "tcp",
+        "--ad",
+        "--slbs",
+        "0,100",
+        "--blocks",
+        "8,16",
+    ])
+    .unwrap();
+    let Command::Dsm(d) = c.command else {
+        panic!("not dsm")
+    };
+    assert_eq!((d.slbs, d.blocks), (vec![0, 100], vec![8, 16]));
+    assert!(Cli::try_parse_from([
+        "nvmf-initiator",
+        "write-zeroes",
+        "-t",
+        "tcp",
+        "--start-block",
+        "8",
+        "-c",
+        "7"
+    ])
+    .is_ok());
+    assert!(Cli::try_parse_from([
+        "nvmf-initiator",
+        "get-feature",
+        "-t",
+        "tcp",
+        "-f",
+        "7",
+        "--sel",
+        "3"
+    ])
+    .is_ok());
+    assert_eq!(
+        super::admin_cmd::format_feature(7, 0, 0x0007_0007),
+        "get-feature:0x07 (Number of Queues), Current value:0x00070007\n"
+    );
+}
