@@ -108,7 +108,9 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
     if a.conn.nr_io_queues.is_none() {
         o.nr_io_queues = DEFAULT_MAP_QUEUES;
     }
-    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?;
+    // More paths (-a repeated): a lost connection fails over to the next one.
+    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
+        .with_paths(super::session::more_paths(&a.conn)?);
     let opts = MapOptions {
         nsid: Nsid(a.nsid),
         export_name: a.export_name.clone(),
