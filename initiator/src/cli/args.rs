@@ -209,9 +209,11 @@ pub struct PerfArgs {
     /// Time to run before measuring.
     #[arg(long = "ramp_time", alias = "ramp-time", value_parser = parse_duration)]
     pub ramp_time: Option<Duration>,
-    /// Stamp and check data (writes are read back after the run).
-    #[arg(long)]
-    pub verify: bool,
+    /// Stamp and check data (writes are read back after the run); fio's
+    /// `--verify=crc32c|crc32|md5|sha256|sha512|meta|pattern` picks the checksum each
+    /// block carries besides its header and pattern (a bare `--verify`: none).
+    #[arg(long, num_args = 0..=1, require_equals = false, default_missing_value = "pattern", value_parser = parse_verify)]
+    pub verify: Option<nvmf_initiator::perf::verify::VerifyAlg>,
     #[arg(long, default_value_t = 1)]
     pub nsid: u32,
     /// Seed for offsets and verify stamps.
@@ -222,6 +224,11 @@ pub struct PerfArgs {
     /// Write an SVG with the latency histogram and IOPS over time.
     #[arg(long = "latency-plot")]
     pub latency_plot: Option<PathBuf>,
+}
+
+fn parse_verify(s: &str) -> Result<nvmf_initiator::perf::verify::VerifyAlg, String> {
+    use nvmf_initiator::perf::verify::VerifyAlg;
+    VerifyAlg::from_fio(s).ok_or_else(|| format!("{s:?}: one of {}", VerifyAlg::NAMES))
 }
 
 pub(super) fn parse_byte(s: &str) -> Result<u8, String> {

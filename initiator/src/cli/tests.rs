@@ -6,6 +6,7 @@ use clap::{CommandFactory, Parser};
 
 use nvmf_common::types::Nsid;
 use nvmf_initiator::controller::NamespaceInfo;
+use nvmf_initiator::perf::verify::VerifyAlg;
 use nvmf_initiator::perf::Rw;
 use nvmf_initiator::transport::tcp::TcpOptions;
 use nvmf_initiator::transport::Fabric;
@@ -71,7 +72,7 @@ fn parses_nvme_cli_and_fio_flags() {
     assert_eq!(p.runtime, Some(Duration::from_secs(5)));
     assert_eq!(p.ramp_time, Some(Duration::from_secs(1)));
     assert_eq!(p.size, Some(32 << 20));
-    assert!(p.verify);
+    assert_eq!(p.verify, Some(VerifyAlg::Pattern));
     assert_eq!(p.output_format, OutputFormat::Json);
     assert_eq!(p.nsid, 1);
 
@@ -501,4 +502,27 @@ fn admin_and_io_commands_like_nvme_cli() {
         super::admin_cmd::format_feature(7, 0, 0x0007_0007),
         "get-feature:0x07 (Number of Queues), Current value:0x00070007\n"
     );
+}
+
+#[test]
+fn perf_verify_takes_fio_checksum_names() {
+    let parse = |args: &[&str]| {
+        let mut v = vec!["nvmf-initiator", "perf", "-t", "loopback"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v).map(|c| c.command) {
+            Ok(Command::Perf(p)) => Ok(p.verify),
+            Ok(_) => panic!("not perf"),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    assert_eq!(parse(&[]), Ok(None));
+    assert_eq!(parse(&["--verify=crc32c"]), Ok(Some(VerifyAlg::Crc32c)));
+    assert_eq!(parse(&["--verify", "sha256"]), Ok(Some(VerifyAlg::Sha256)));
+    assert_eq!(parse(&["--verify=md5"]), Ok(Some(VerifyAlg::Md5)));
+    assert_eq!(
+        parse(&["--verify", "--nsid", "2"]),
+        Ok(Some(VerifyAlg::Pattern))
+    );
+    let err = parse(&["--verify=xxhash"]).unwrap_err();
+    assert!(err.contains("crc32c"), "{err}");
 }

@@ -75,6 +75,7 @@ pub struct JobConfig {
     /// Stop after one pass over the region (size-based run without a runtime).
     pub one_pass: bool,
     pub verify: bool,
+    pub verify_alg: verify::VerifyAlg,
     pub seed: u64,
     pub ramp_end: Instant,
     pub end: Option<Instant>,
@@ -439,7 +440,7 @@ impl Job<'_> {
                 gen = self.next_gen;
                 self.next_gen = self.next_gen.wrapping_add(1).max(1);
                 if let Some(buf) = self.scratch.get_mut(..len) {
-                    verify::stamp(buf, lba, bs, cfg.seed, gen);
+                    verify::stamp(buf, lba, bs, cfg.seed, gen, cfg.verify_alg);
                     data.write_at(0, buf);
                 }
             }

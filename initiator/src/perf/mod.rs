@@ -69,6 +69,8 @@ pub struct PerfOptions {
     pub ramp_time: Duration,
     /// Stamp written blocks and check reads (and read back writes after the run).
     pub verify: bool,
+    /// The checksum each stamped block carries (fio's `--verify=ALG`).
+    pub verify_alg: verify::VerifyAlg,
     pub nsid: Nsid,
     pub seed: u64,
     /// Draw a live progress line on stderr (only when it is a terminal).
@@ -87,6 +89,7 @@ impl Default for PerfOptions {
             size: None,
             ramp_time: Duration::ZERO,
             verify: false,
+            verify_alg: verify::VerifyAlg::default(),
             nsid: Nsid(1),
             seed: DEFAULT_SEED,
             progress: false,
@@ -264,6 +267,7 @@ pub fn run_recovering(
             iodepth: o.iodepth,
             one_pass: o.runtime.is_none(),
             verify: o.verify,
+            verify_alg: o.verify_alg,
             seed: o.seed,
             ramp_end,
             end,
