@@ -10,20 +10,15 @@
 //! executes.
 
 use std::net::{SocketAddr, TcpStream};
-use std::time::Instant;
 
 use nix::sys::epoll::EpollFlags;
 use tracing::{debug, warn};
 
-use nvmf_common::transport::tcp::negotiate::icresp_params;
-use nvmf_common::transport::tcp::{
-    encode_icresp, encode_term_req, FramerError, Negotiated, Pdu, PduReader, PduWriter, Role,
-};
+use nvmf_common::transport::tcp::{Connection, Event, FramerError, Negotiated, Pdu, PduWriter};
 use nvmf_common::wire::sqe::SQE_LEN;
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::{
     offset, pdu_type, term_fes, term_fes_name, DataPdu, CMD_HDR_LEN, DATA_HDR_LEN, HDR_LEN,
-    MAX_TERM_DATA,
 };
 
 use super::poll_group::TcpTransport;
@@ -32,10 +27,6 @@ use crate::backend::DmaSlice;
 use crate::core::DataDir;
 use crate::runtime::stats::bump;
 use crate::runtime::{InCapsule, ReqState, Runtime};
-
-/// Bytes of each PDU's start kept for termination requests and digest errors: the
-/// longest header those read (a CapsuleCmd's).
-const HDR_KEEP: usize = CMD_HDR_LEN;
 
 /// The transport part of a command slot: its R2T state.
 #[derive(Debug, Default)]
@@ -62,11 +53,10 @@ impl TcpSlot {
 pub struct Conn {
     pub(super) sock: Option<TcpStream>,
     pub(super) peer: SocketAddr,
-    pub(super) reader: Option<PduReader>,
+    /// The connection's protocol state; taken out while it reads.
+    pub(super) conn: Option<Connection>,
     /// Present once the ICReq was answered.
     pub(super) writer: Option<PduWriter>,
-    /// The ICReq/ICResp outcome.
-    pub(super) neg: Option<Negotiated>,
     /// R2Ts allowed outstanding per command.
     pub(super) r2t_limit: usize,
     /// Free slots (a command takes one when its capsule arrives).
@@ -77,28 +67,16 @@ pub struct Conn {
     pub(super) tx: TxQueue,
     /// The epoll interest registered for the socket.
     pub(super) interest: EpollFlags,
-    /// The first bytes of the PDU being read (its header, for termination requests
-    /// and data digest errors).
-    pub(super) hdr: [u8; MAX_TERM_DATA],
-    pub(super) hdr_len: usize,
-    /// Last time bytes moved in either direction.
-    pub(super) last_progress: Instant,
-    /// When the connection started waiting for the host (see the stall timer).
-    pub(super) wait_start: Option<Instant>,
 }
 
-impl Conn {
-    /// Whether the host owes us something besides H2CData: an ICReq, the rest of a
-    /// PDU, or reading what we sent.
-    pub(super) fn waiting_for_host(&self) -> bool {
-        self.writer.is_none()
-            || self.reader.as_ref().is_some_and(PduReader::has_partial_pdu)
-            || self.tx.pending()
-    }
-
-    fn header(&self) -> &[u8] {
-        self.hdr.get(..self.hdr_len).unwrap_or(&[])
-    }
+/// An error the transport finds in a PDU the framer accepted (an H2CData naming no
+/// transfer or outside its R2T window): the connection ends with a C2HTermReq.
+pub(super) struct ProtocolError {
+    /// Fatal Error Status (`wire::tcp::term_fes`).
+    fes: u16,
+    /// Fatal Error Information: the offending field's byte offset.
+    fei: u32,
+    reason: String,
 }
 
 /// Transient Transport Error: what a command whose data failed its digest completes with.
@@ -107,139 +85,48 @@ fn transient_transport_error() -> Status {
 }
 
 impl TcpTransport {
-    /// Feeds bytes to the connection's framer and runs each complete PDU.
+    /// Feeds bytes to the connection and runs each complete PDU.
     pub(super) fn on_bytes(&mut self, rt: &mut Runtime<Self>, ci: u16, mut input: &[u8]) {
-        let Some(mut reader) = rt.queue_mut(ci).and_then(|q| q.t.reader.take()) else {
+        let Some(mut conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.take()) else {
             return;
         };
         loop {
             // A PDU that lies whole in `input` is checked and handled where it is.
-            let (used, out) = reader.read(input);
-            if let Some(q) = rt.queue_mut(ci) {
-                let c = &mut q.t;
-                let room = HDR_KEEP.saturating_sub(c.hdr_len);
-                let take = used.min(room);
-                if let (Some(dst), Some(src)) = (
-                    c.hdr.get_mut(c.hdr_len..c.hdr_len + take),
-                    input.get(..take),
-                ) {
-                    dst.copy_from_slice(src);
-                    c.hdr_len += take;
-                }
-            }
+            let (used, out) = conn.read(input, |ev| self.on_event(rt, ci, ev));
             input = input.get(used..).unwrap_or(&[]);
-            match out {
-                None => break,
-                Some(Ok(Pdu::IcReq(_))) => {
-                    let n = reader.negotiated();
-                    self.on_icreq(rt, ci, n);
-                }
-                Some(Ok(pdu)) => self.on_pdu(rt, ci, pdu),
-                Some(Err(e)) if !e.is_fatal() => self.on_digest_error(rt, ci, e),
-                Some(Err(e)) => {
-                    self.framer_fatal(rt, ci, &reader, e);
-                    return;
-                }
+            if let Some(Err(e)) = out {
+                return self.fatal_term(rt, ci, &mut conn, e);
             }
             let Some(q) = rt.queue_mut(ci) else { return };
-            q.t.hdr_len = 0;
             if q.dead {
                 return;
             }
-            if input.is_empty() {
+            if out.is_none() || input.is_empty() {
                 break;
             }
         }
         if let Some(q) = rt.queue_mut(ci) {
-            if !q.dead {
-                q.t.reader = Some(reader);
-            }
+            q.t.conn = Some(conn);
         }
     }
 
-    /// A fatal framer error: send its termination request (if it has one) and close.
-    fn framer_fatal(
+    fn on_event(
         &mut self,
         rt: &mut Runtime<Self>,
         ci: u16,
-        reader: &PduReader,
-        e: FramerError,
-    ) {
-        bump(&rt.stats.protocol_errors, 1);
-        let qid = rt.qid(ci);
-        let Some(q) = rt.queue_mut(ci) else { return };
-        let c = &mut q.t;
-        let start = c.tx.bytes.len();
-        let sent = reader.termination_request(&mut c.tx.bytes);
-        match e.fes() {
-            Some(fes) if sent => warn!(
-                peer = %c.peer, %qid,
-                "NVMe/TCP protocol error: {e}; sending C2HTermReq FES {fes:#x} ({}) FEI {:#x} ({} bytes)",
-                term_fes_name(fes), e.fei(), c.tx.bytes.len() - start
-            ),
-            _ => warn!(peer = %c.peer, %qid, "NVMe/TCP protocol error: {e}; closing"),
-        }
-        rt.kill(self, ci, "protocol error", true);
-    }
-
-    /// An error this transport finds in a PDU the framer accepted (an H2CData naming
-    /// no transfer or outside its R2T window): C2HTermReq with the PDU's header, close.
-    fn fatal_term(
-        &mut self,
-        rt: &mut Runtime<Self>,
-        ci: u16,
-        fes: u16,
-        fei: u32,
-        hlen: usize,
-        reason: &str,
-    ) {
-        bump(&rt.stats.protocol_errors, 1);
-        let qid = rt.qid(ci);
-        let Some(q) = rt.queue_mut(ci) else { return };
-        let c = &mut q.t;
-        let hdr: Vec<u8> = c.header().get(..hlen).unwrap_or(c.header()).to_vec();
-        encode_term_req(Role::Controller, fes, fei, &hdr, &mut c.tx.bytes);
-        warn!(
-            peer = %c.peer, %qid,
-            "NVMe/TCP protocol error: {reason}; sending C2HTermReq FES {fes:#x} ({}) FEI {fei:#x}",
-            term_fes_name(fes)
-        );
-        rt.kill(self, ci, "protocol error", true);
-    }
-
-    fn on_icreq(&mut self, rt: &mut Runtime<Self>, ci: u16, n: Option<Negotiated>) {
-        let opts_cap = self.opts.max_r2t_per_command.max(1);
-        let Some(n) = n else {
-            rt.kill(self, ci, "ICReq without negotiated parameters", false);
-            return;
-        };
-        let Some(q) = rt.queue_mut(ci) else { return };
-        let c = &mut q.t;
-        encode_icresp(&icresp_params(&n), &mut c.tx.bytes);
-        c.writer = Some(PduWriter::new(Role::Controller, &n));
-        c.neg = Some(n);
-        c.r2t_limit = n.maxr2t.saturating_add(1).min(opts_cap) as usize;
-        debug!(
-            peer = %c.peer, hdgst = n.header_digest, ddgst = n.data_digest, hpda = n.hpda,
-            maxr2t = n.maxr2t, maxh2cdata = n.maxh2cdata, "NVMe/TCP connection initialized"
-        );
-        self.mark_dirty(ci);
-    }
-
-    fn on_pdu(&mut self, rt: &mut Runtime<Self>, ci: u16, pdu: Pdu<'_>) {
-        match pdu {
-            Pdu::CapsuleCmd { sqe, data } => self.on_capsule(rt, ci, &sqe, data),
-            Pdu::H2CData {
-                cid,
-                ttag,
-                datao,
-                data,
-                ..
-            } => {
-                let datal = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                self.on_h2c(rt, ci, cid, ttag, datao, datal, Some(data));
+        ev: Event<'_>,
+    ) -> Result<(), ProtocolError> {
+        match ev {
+            Event::Established {
+                negotiated,
+                writer,
+                send,
+            } => self.on_established(rt, ci, negotiated, writer, send),
+            Event::Pdu(pdu) => return self.on_pdu(rt, ci, pdu),
+            Event::DataDigest { error, header } => {
+                return self.on_digest_error(rt, ci, error, header)
             }
-            Pdu::H2CTermReq { fes, fei, .. } => {
+            Event::PeerTerminated { fes, fei } => {
                 let qid = rt.qid(ci);
                 if let Some(q) = rt.queue(ci) {
                     warn!(
@@ -250,41 +137,130 @@ impl TcpTransport {
                 }
                 rt.kill(self, ci, "host sent H2CTermReq", false);
             }
-            other => {
-                // The controller framer never yields controller-to-host PDUs.
-                let t = other.pdu_type();
-                self.fatal_term(
-                    rt,
-                    ci,
-                    term_fes::INVALID_HEADER_FIELD,
-                    offset::TYPE,
-                    HDR_LEN,
-                    &format!("unexpected PDU type {t:#x}"),
-                );
+            Event::Failed { error, send } => self.framer_fatal(rt, ci, error, send),
+        }
+        Ok(())
+    }
+
+    /// A fatal framer error: send its termination request (if it has one) and close.
+    fn framer_fatal(&mut self, rt: &mut Runtime<Self>, ci: u16, e: FramerError, term: &[u8]) {
+        bump(&rt.stats.protocol_errors, 1);
+        let qid = rt.qid(ci);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let c = &mut q.t;
+        c.tx.bytes.extend_from_slice(term);
+        match e.fes() {
+            Some(fes) if !term.is_empty() => warn!(
+                peer = %c.peer, %qid,
+                "NVMe/TCP protocol error: {e}; sending C2HTermReq FES {fes:#x} ({}) FEI {:#x} ({} bytes)",
+                term_fes_name(fes), e.fei(), term.len()
+            ),
+            _ => warn!(peer = %c.peer, %qid, "NVMe/TCP protocol error: {e}; closing"),
+        }
+        rt.kill(self, ci, "protocol error", true);
+    }
+
+    /// An error this transport found in a PDU the framer accepted: C2HTermReq with
+    /// the PDU's header, close.
+    fn fatal_term(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        conn: &mut Connection,
+        e: ProtocolError,
+    ) {
+        bump(&rt.stats.protocol_errors, 1);
+        let qid = rt.qid(ci);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let c = &mut q.t;
+        conn.terminate(e.fes, e.fei, &mut c.tx.bytes);
+        warn!(
+            peer = %c.peer, %qid,
+            "NVMe/TCP protocol error: {}; sending C2HTermReq FES {:#x} ({}) FEI {:#x}",
+            e.reason, e.fes, term_fes_name(e.fes), e.fei
+        );
+        rt.kill(self, ci, "protocol error", true);
+    }
+
+    fn on_established(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        n: Negotiated,
+        writer: PduWriter,
+        icresp: &[u8],
+    ) {
+        let opts_cap = self.opts.max_r2t_per_command.max(1);
+        let Some(q) = rt.queue_mut(ci) else { return };
+        let c = &mut q.t;
+        c.tx.bytes.extend_from_slice(icresp);
+        c.writer = Some(writer);
+        c.r2t_limit = n.maxr2t.saturating_add(1).min(opts_cap) as usize;
+        debug!(
+            peer = %c.peer, hdgst = n.header_digest, ddgst = n.data_digest, hpda = n.hpda,
+            maxr2t = n.maxr2t, maxh2cdata = n.maxh2cdata, "NVMe/TCP connection initialized"
+        );
+        self.mark_dirty(ci);
+    }
+
+    fn on_pdu(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        pdu: Pdu<'_>,
+    ) -> Result<(), ProtocolError> {
+        match pdu {
+            Pdu::CapsuleCmd { sqe, data } => {
+                self.on_capsule(rt, ci, &sqe, data);
+                Ok(())
             }
+            Pdu::H2CData {
+                cid,
+                ttag,
+                datao,
+                data,
+                ..
+            } => {
+                let datal = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                self.on_h2c(rt, ci, cid, ttag, datao, datal, Some(data))
+            }
+            // The controller's framer yields nothing else after initialization.
+            other => Err(ProtocolError {
+                fes: term_fes::INVALID_HEADER_FIELD,
+                fei: offset::TYPE,
+                reason: format!("unexpected PDU type {:#x}", other.pdu_type()),
+            }),
         }
     }
 
     /// A data digest error: the PDU's command fails with Transient Transport Error
     /// and its data is dropped.
-    fn on_digest_error(&mut self, rt: &mut Runtime<Self>, ci: u16, e: FramerError) {
+    fn on_digest_error(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        e: FramerError,
+        header: &[u8],
+    ) -> Result<(), ProtocolError> {
         bump(&rt.stats.digest_errors, 1);
         let FramerError::DataDigest { pdu_type: t, .. } = e else {
-            return;
+            return Ok(());
         };
         let qid = rt.qid(ci);
-        let Some(q) = rt.queue(ci) else { return };
-        let c = &q.t;
-        warn!(peer = %c.peer, %qid, "NVMe/TCP: {e}; failing the command");
+        let Some(q) = rt.queue(ci) else {
+            return Ok(());
+        };
+        warn!(peer = %q.t.peer, %qid, "NVMe/TCP: {e}; failing the command");
+        let writer = q.t.writer;
         match t {
             pdu_type::CMD => {
                 let mut sqe_bytes = [0u8; SQE_LEN];
-                let Some(src) = c.header().get(HDR_LEN..CMD_HDR_LEN) else {
+                let Some(src) = header.get(HDR_LEN..CMD_HDR_LEN) else {
                     rt.kill(self, ci, "data digest error without a header", false);
-                    return;
+                    return Ok(());
                 };
                 sqe_bytes.copy_from_slice(src);
-                let Some(w) = c.writer else { return };
+                let Some(w) = writer else { return Ok(()) };
                 if let Some(cqe) = rt.respond_unslotted(ci, &sqe_bytes, transient_transport_error())
                 {
                     if let Some(q) = rt.queue_mut(ci) {
@@ -292,18 +268,22 @@ impl TcpTransport {
                     }
                 }
                 self.mark_dirty(ci);
+                Ok(())
             }
             pdu_type::H2C_DATA => {
-                let Some(h) = c.header().get(..DATA_HDR_LEN) else {
+                let Some(h) = header.get(..DATA_HDR_LEN) else {
                     rt.kill(self, ci, "data digest error without a header", false);
-                    return;
+                    return Ok(());
                 };
                 let d = DataPdu::new_unchecked(h);
                 let (cid, ttag, datao, datal) =
                     (d.command_id(), d.ttag(), d.data_offset(), d.data_length());
-                self.on_h2c(rt, ci, cid, ttag, datao, datal, None);
+                self.on_h2c(rt, ci, cid, ttag, datao, datal, None)
             }
-            _ => rt.kill(self, ci, "data digest error on an unexpected PDU", false),
+            _ => {
+                rt.kill(self, ci, "data digest error on an unexpected PDU", false);
+                Ok(())
+            }
         }
     }
 
@@ -369,9 +349,11 @@ impl TcpTransport {
         datao: u32,
         datal: u32,
         data: Option<&[u8]>,
-    ) {
+    ) -> Result<(), ProtocolError> {
         bump(&rt.stats.h2c_pdus, 1);
-        let Some(q) = rt.queue_mut(ci) else { return };
+        let Some(q) = rt.queue_mut(ci) else {
+            return Ok(());
+        };
         let waiting = q.slots.get(usize::from(ttag)).map(|s| {
             (
                 s.state == ReqState::TransferringHostToController,
@@ -381,40 +363,31 @@ impl TcpTransport {
         match waiting {
             Some((true, scid)) if scid == cid => {}
             Some((true, scid)) => {
-                return self.fatal_term(
-                    rt,
-                    ci,
-                    term_fes::INVALID_HEADER_FIELD,
-                    offset::COMMAND_ID,
-                    DATA_HDR_LEN,
-                    &format!(
+                return Err(ProtocolError {
+                    fes: term_fes::INVALID_HEADER_FIELD,
+                    fei: offset::COMMAND_ID,
+                    reason: format!(
                         "H2CData for command {cid:#x} carries TTAG {ttag:#x} of command {scid:#x}"
                     ),
-                );
+                });
             }
             _ => {
-                return self.fatal_term(
-                    rt,
-                    ci,
-                    term_fes::INVALID_HEADER_FIELD,
-                    offset::TTAG,
-                    DATA_HDR_LEN,
-                    &format!("H2CData with TTAG {ttag:#x} (command {cid:#x}) but no R2T outstanding for it"),
-                );
+                return Err(ProtocolError {
+                    fes: term_fes::INVALID_HEADER_FIELD,
+                    fei: offset::TTAG,
+                    reason: format!("H2CData with TTAG {ttag:#x} (command {cid:#x}) but no R2T outstanding for it"),
+                });
             }
         }
         if datal == 0 {
-            return self.fatal_term(
-                rt,
-                ci,
-                term_fes::INVALID_HEADER_FIELD,
-                offset::DATA_LENGTH,
-                DATA_HDR_LEN,
-                &format!("H2CData for command {cid:#x} without data"),
-            );
+            return Err(ProtocolError {
+                fes: term_fes::INVALID_HEADER_FIELD,
+                fei: offset::DATA_LENGTH,
+                reason: format!("H2CData for command {cid:#x} without data"),
+            });
         }
         let Some(slot) = q.slots.get_mut(usize::from(ttag)) else {
-            return;
+            return Ok(());
         };
         let end = datao.checked_add(datal);
         let win = slot.t.windows.iter().position(|w| w.0 == datao);
@@ -424,16 +397,13 @@ impl TcpTransport {
             }
             _ => {
                 let windows = format!("{:?}", slot.t.windows);
-                return self.fatal_term(
-                    rt,
-                    ci,
-                    term_fes::DATA_OUT_OF_RANGE,
-                    0,
-                    DATA_HDR_LEN,
-                    &format!(
+                return Err(ProtocolError {
+                    fes: term_fes::DATA_OUT_OF_RANGE,
+                    fei: 0,
+                    reason: format!(
                         "H2CData for command {cid:#x} at offset {datao} length {datal} is not the next data of an R2T window (outstanding [offset, end): {windows})"
                     ),
-                );
+                });
             }
         };
         match data {
@@ -458,6 +428,7 @@ impl TcpTransport {
         } else {
             self.issue_r2ts(rt, ci, ttag);
         }
+        Ok(())
     }
 
     /// Queues the controller-to-host data (if any) and the response of a finished

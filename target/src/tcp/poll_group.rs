@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{debug, info, warn};
 
-use nvmf_common::transport::tcp::{ControllerConfig, PduReader};
-use nvmf_common::wire::tcp::MAX_TERM_DATA;
+use nvmf_common::transport::tcp::{Connection, ControllerConfig};
 
 use super::conn::{Conn, TcpSlot};
 use super::tx::TxQueue;
@@ -133,8 +132,9 @@ impl Transport for TcpTransport {
     fn shared(&self) {}
 
     fn add_queue(&mut self, rt: &mut Runtime<Self>, nc: NewConn) {
-        let reader = match PduReader::controller(self.cfg) {
-            Ok(r) => r,
+        let now = Instant::now();
+        let conn = match Connection::controller(self.cfg, self.opts.stall_timeout, now) {
+            Ok(c) => c,
             Err(e) => {
                 warn!(peer = %nc.peer, "NVMe/TCP: cannot set up the framer: {e}");
                 return;
@@ -144,18 +144,13 @@ impl Transport for TcpTransport {
         let conn = Conn {
             sock: Some(nc.stream),
             peer,
-            reader: Some(reader),
+            conn: Some(conn),
             writer: None,
-            neg: None,
             r2t_limit: 1,
             free: vec![0],
             slots_known: 1,
             tx: TxQueue::default(),
             interest: EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
-            hdr: [0; MAX_TERM_DATA],
-            hdr_len: 0,
-            last_progress: Instant::now(),
-            wait_start: None,
         };
         // Before Connect: one slot; the queue id and size come from the Connect.
         let Some(ci) = rt.add_queue(QueueCtx::unbound(nc.port), 1, conn) else {
@@ -266,14 +261,13 @@ impl Transport for TcpTransport {
                 .iter()
                 .any(|s| s.state == ReqState::TransferringHostToController);
             let c = &mut q.t;
-            if c.waiting_for_host() || waiting_data {
-                let since = *c.wait_start.get_or_insert(now);
-                let since = since.max(c.last_progress);
-                if now.duration_since(since) > stall {
-                    kill.push(ci);
-                }
-            } else {
-                c.wait_start = None;
+            let outstanding = waiting_data || c.tx.pending();
+            let due = c
+                .conn
+                .as_mut()
+                .and_then(|conn| conn.deadline(now, outstanding));
+            if due.is_some_and(|d| now > d) {
+                kill.push(ci);
             }
         }
         for ci in kill {
@@ -308,7 +302,7 @@ impl Transport for TcpTransport {
         }
         c.tx.clear(&mut freed);
         c.tx = TxQueue::default();
-        c.reader = None;
+        c.conn = None;
         info!(peer = %c.peer, %qid, "NVMe/TCP connection closed: {why}");
         let sock = c.sock.take();
         self.live = self.live.saturating_sub(1);
@@ -404,8 +398,8 @@ impl TcpTransport {
                     break;
                 }
                 Ok(n) => {
-                    if let Some(q) = rt.queue_mut(ci) {
-                        q.t.last_progress = now;
+                    if let Some(conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.as_mut()) {
+                        conn.progress(now);
                     }
                     got = 1;
                     self.on_bytes(rt, ci, rx.get(..n).unwrap_or(&[]));
@@ -454,7 +448,9 @@ impl TcpTransport {
                 }
                 Ok(n) => {
                     c.tx.advance(n, &mut freed);
-                    c.last_progress = now;
+                    if let Some(conn) = c.conn.as_mut() {
+                        conn.progress(now);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

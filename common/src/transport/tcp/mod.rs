@@ -26,14 +26,18 @@
 
 #![forbid(unsafe_code)]
 
+mod connection;
 mod error;
 mod framer;
 pub mod negotiate;
 mod writer;
 
 #[cfg(test)]
+mod connection_tests;
+#[cfg(test)]
 mod tests;
 
+pub use connection::{Connection, Event, HEADER_KEEP};
 pub use error::FramerError;
 pub use framer::{DataProgress, Pdu, PduReader};
 pub use negotiate::{

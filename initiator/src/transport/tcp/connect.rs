@@ -7,11 +7,8 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use nvmf_common::transport::tcp::negotiate::icreq_params;
-use nvmf_common::transport::tcp::{
-    encode_icreq, FramerError, HostConfig, Pdu, PduReader, PduWriter, Role,
-};
-use nvmf_common::wire::tcp::{pdu_type_name, MAX_TERM_DATA, NVME_TCP_ADMIN_CCSZ};
+use nvmf_common::transport::tcp::{Connection, Event, FramerError, HostConfig, PduWriter, Role};
+use nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ;
 
 use super::{describe_term, Conn, QueueParams, TcpFabric, TcpHostQueue, TransportError, RX_CHUNK};
 
@@ -54,9 +51,10 @@ impl TcpHostQueue {
             maxr2t: 0,
             max_c2h_data: f.opts.max_c2h_data,
         };
-        let mut reader =
-            PduReader::host(cfg).map_err(|e| TransportError::Invalid(format!("NVMe/TCP: {e}")))?;
         let deadline = Instant::now() + p.connect_timeout;
+        let mut icreq = Vec::with_capacity(128);
+        let mut tcp = Connection::host(cfg, p.connect_timeout, Instant::now(), &mut icreq)
+            .map_err(|e| TransportError::Invalid(format!("NVMe/TCP: {e}")))?;
         let mut sock = TcpStream::connect_timeout(&addr, p.connect_timeout)
             .map_err(|e| io_connect_err(addr, e))?;
         let sockerr = |what: &str, e: std::io::Error| match e.kind() {
@@ -72,8 +70,6 @@ impl TcpHostQueue {
         sock.set_nodelay(true)
             .map_err(|e| sockerr("TCP_NODELAY", e))?;
 
-        let mut icreq = Vec::with_capacity(128);
-        encode_icreq(&icreq_params(&cfg), &mut icreq);
         sock.set_write_timeout(Some(remaining(deadline, addr)?))
             .map_err(|e| sockerr("set write timeout", e))?;
         sock.write_all(&icreq)
@@ -82,7 +78,7 @@ impl TcpHostQueue {
         // Read until the ICResp is complete; bytes after it stay in `rx` for `poll`.
         let mut rx = vec![0u8; RX_CHUNK].into_boxed_slice();
         let (mut rx_start, mut rx_end) = (0usize, 0usize);
-        loop {
+        let negotiated = loop {
             if rx_start == rx_end {
                 sock.set_read_timeout(Some(remaining(deadline, addr)?))
                     .map_err(|e| sockerr("set read timeout", e))?;
@@ -99,36 +95,20 @@ impl TcpHostQueue {
                 (rx_start, rx_end) = (0, n);
             }
             let input = rx.get(rx_start..rx_end).unwrap_or(&[]);
-            match reader.feed(input) {
-                Ok(n) => rx_start += n,
-                Err(e) => return Err(icresp_failed(&mut sock, &reader, addr, e)),
-            }
-            match reader.poll() {
+            let (used, out) = tcp.read(input, |ev| match ev {
+                Event::Established { negotiated, .. } => Ok(negotiated),
+                Event::PeerTerminated { fes, fei } => Err(Refusal::Terminated(fes, fei)),
+                Event::Failed { error, send } => Err(Refusal::Invalid(error, send.to_vec())),
+                // Nothing else gets through before the ICResp.
+                Event::Pdu(_) | Event::DataDigest { .. } => Err(Refusal::Unexpected),
+            });
+            rx_start += used;
+            match out {
                 None => continue,
-                Some(Ok(Pdu::IcResp(_))) => break,
-                Some(Ok(Pdu::C2HTermReq { fes, fei, .. })) => {
-                    let _ = sock.shutdown(Shutdown::Both);
-                    return Err(TransportError::Rejected(format!(
-                        "{addr}: {}",
-                        describe_term(fes, fei)
-                    )));
-                }
-                Some(Ok(other)) => {
-                    // The framer lets nothing but an ICResp or a termination request
-                    // through before initialization.
-                    let t = other.pdu_type();
-                    let _ = sock.shutdown(Shutdown::Both);
-                    return Err(TransportError::Rejected(format!(
-                        "{addr}: {} instead of ICResp",
-                        pdu_type_name(t)
-                    )));
-                }
-                Some(Err(e)) => return Err(icresp_failed(&mut sock, &reader, addr, e)),
+                Some(Ok(n)) => break n,
+                Some(Err(r)) => return Err(r.into_error(&mut sock, addr)),
             }
-        }
-        let negotiated = reader
-            .negotiated()
-            .ok_or_else(|| TransportError::Other("ICResp accepted but not recorded".into()))?;
+        };
         sock.set_read_timeout(None)
             .and_then(|()| sock.set_write_timeout(None))
             .and_then(|()| sock.set_nonblocking(true))
@@ -150,7 +130,7 @@ impl TcpHostQueue {
             icd,
             peer: addr,
             sock,
-            reader,
+            tcp,
             negotiated,
             rx,
             rx_start,
@@ -163,8 +143,6 @@ impl TcpHostQueue {
                 out: Vec::with_capacity(64 * 1024),
                 out_pos: 0,
                 cqes: Vec::with_capacity(usize::from(depth)),
-                peek: [0u8; MAX_TERM_DATA],
-                peek_len: 0,
                 direct: None,
                 large_data: false,
             },
@@ -173,18 +151,27 @@ impl TcpHostQueue {
     }
 }
 
-/// Connect-time failure of the ICResp: send the termination request the framer
-/// prepared (if any), close, and say why.
-fn icresp_failed(
-    sock: &mut TcpStream,
-    reader: &PduReader,
-    addr: SocketAddr,
-    e: FramerError,
-) -> TransportError {
-    let mut term = Vec::new();
-    if reader.termination_request(&mut term) {
-        let _ = sock.write_all(&term);
+/// Why initialization failed, as the connection reported it.
+enum Refusal {
+    /// The controller sent a termination request instead of an ICResp.
+    Terminated(u16, u32),
+    /// The ICResp was invalid; the termination request to send.
+    Invalid(FramerError, Vec<u8>),
+    Unexpected,
+}
+
+impl Refusal {
+    /// Sends the termination request (if any), closes, and says why.
+    fn into_error(self, sock: &mut TcpStream, addr: SocketAddr) -> TransportError {
+        let why = match self {
+            Refusal::Terminated(fes, fei) => describe_term(fes, fei),
+            Refusal::Invalid(e, term) => {
+                let _ = sock.write_all(&term);
+                format!("invalid ICResp: {e}")
+            }
+            Refusal::Unexpected => "a PDU other than ICResp before initialization".into(),
+        };
+        let _ = sock.shutdown(Shutdown::Both);
+        TransportError::Rejected(format!("{addr}: {why}"))
     }
-    let _ = sock.shutdown(Shutdown::Both);
-    TransportError::Rejected(format!("{addr}: invalid ICResp: {e}"))
 }

@@ -29,7 +29,7 @@
 //!
 //! This file holds the options, the fabric, the queue's state and its [`HostQueue`]
 //! implementation; `connect` does the ICReq/ICResp exchange, `socket` moves bytes
-//! between the socket and the framer, and `pdu` handles the PDUs the controller sends.
+//! between the socket and the sans-IO [`Connection`], and `pdu` handles the PDUs the controller sends.
 //!
 //! [`NVME_TCP_ADMIN_CCSZ`]: nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ
 
@@ -40,14 +40,14 @@ use std::time::Duration;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use nvmf_common::transport::tcp::negotiate::MAX_PDU_DATA;
-use nvmf_common::transport::tcp::{Negotiated, PduReader, PduWriter};
+use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter};
 use nvmf_common::types::Qid;
 use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_common::wire::sqe::offset as sqe_offset;
 use nvmf_common::wire::status::{generic, Status};
-use nvmf_common::wire::tcp::{term_fes_name, MAX_TERM_DATA};
+use nvmf_common::wire::tcp::term_fes_name;
 
 use super::{DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
 
@@ -175,6 +175,9 @@ struct Cmd {
 struct Fatal {
     reason: String,
     term: Option<(u16, u32)>,
+    /// Get what is queued out before closing (a termination request the connection
+    /// already queued).
+    flush: bool,
 }
 
 impl Fatal {
@@ -182,16 +185,29 @@ impl Fatal {
         Fatal {
             reason,
             term: Some((fes, fei)),
+            flush: true,
         }
     }
 
     fn quiet(reason: String) -> Self {
-        Fatal { reason, term: None }
+        Fatal {
+            reason,
+            term: None,
+            flush: false,
+        }
+    }
+
+    fn flushed(reason: String) -> Self {
+        Fatal {
+            reason,
+            term: None,
+            flush: true,
+        }
     }
 }
 
-/// The connection state the PDU handlers work on (everything but the socket and the
-/// reader, so a PDU borrowed from the reader can be handled).
+/// The queue state the PDU handlers work on (everything but the socket and the
+/// connection, so a PDU borrowed from the connection can be handled).
 struct Conn {
     qid: Qid,
     writer: PduWriter,
@@ -202,10 +218,6 @@ struct Conn {
     out_pos: usize,
     /// Completions ready for the caller.
     cqes: Vec<[u8; CQE_LEN]>,
-    /// The first bytes of the PDU being read: its header, echoed in a termination
-    /// request, and its flags when the framer reports a data digest error.
-    peek: [u8; MAX_TERM_DATA],
-    peek_len: usize,
     /// The C2HData PDU being read is being received straight into its command's
     /// buffer; the first this many of its data bytes went to the framer.
     direct: Option<usize>,
@@ -220,7 +232,8 @@ pub struct TcpHostQueue {
     icd: u32,
     peer: SocketAddr,
     sock: TcpStream,
-    reader: PduReader,
+    /// The NVMe/TCP protocol state: framer, header kept for termination requests.
+    tcp: Connection,
     negotiated: Negotiated,
     rx: Box<[u8]>,
     rx_start: usize,

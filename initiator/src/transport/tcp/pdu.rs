@@ -1,36 +1,47 @@
-//! Handling the PDUs the controller sends (CapsuleResp, C2HData, R2T, C2HTermReq)
-//! on the connection state: completions, data copied into command buffers, H2CData
+//! Handling what the connection hands out (CapsuleResp, C2HData, R2T, data digest
+//! errors, the controller's termination request) on the queue state: completions, data copied into command buffers, H2CData
 //! answers to R2Ts, and the fatal errors a misbehaving controller causes.
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::{DataProgress, FramerError, Pdu};
+use nvmf_common::transport::tcp::{DataProgress, Event, FramerError, Pdu};
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::status::Status;
-use nvmf_common::wire::tcp::{flags, offset, pdu_type_name, term_fes, MAX_TERM_DATA};
+use nvmf_common::wire::tcp::{flags, offset, pdu_type, pdu_type_name, term_fes};
 
 use super::{describe_term, Cmd, Conn, DataDir, Fatal, DATA_DIGEST_STATUS, DIRECT_MIN};
 
 impl Conn {
-    pub(super) fn peek_extend(&mut self, bytes: &[u8]) {
-        let room = MAX_TERM_DATA - self.peek_len.min(MAX_TERM_DATA);
-        let n = room.min(bytes.len());
-        if let (Some(dst), Some(src)) = (
-            self.peek.get_mut(self.peek_len..self.peek_len + n),
-            bytes.get(..n),
-        ) {
-            dst.copy_from_slice(src);
-            self.peek_len += n;
+    /// What the connection made of one PDU.
+    pub(super) fn on_event(&mut self, ev: Event<'_>) -> Result<(), Fatal> {
+        match ev {
+            Event::Pdu(pdu) => self.on_pdu(pdu),
+            Event::DataDigest {
+                error:
+                    e @ FramerError::DataDigest {
+                        pdu_type: pdu_type::C2H_DATA,
+                        cid,
+                        ..
+                    },
+                header,
+            } => self.on_data_digest_error(cid, &e, header),
+            Event::DataDigest { error, .. } => Err(Fatal::quiet(format!(
+                "invalid PDU from the controller: {error}"
+            ))),
+            Event::PeerTerminated { fes, fei } => Err(Fatal::quiet(describe_term(fes, fei))),
+            Event::Failed { error, send } => {
+                self.out.extend_from_slice(send);
+                Err(Fatal::flushed(format!(
+                    "invalid PDU from the controller: {error}"
+                )))
+            }
+            // The connection is initialized once, at connect.
+            Event::Established { .. } => Err(Fatal::new(
+                "a second connection initialization".into(),
+                term_fes::PDU_SEQUENCE_ERROR,
+                0,
+            )),
         }
-    }
-
-    /// The received header of the current PDU (`hlen` bytes when that many are in).
-    pub(super) fn peek_header(&self) -> &[u8] {
-        let hlen = self
-            .peek
-            .get(offset::HLEN as usize)
-            .map_or(0, |&h| usize::from(h));
-        self.peek.get(..hlen.min(self.peek_len)).unwrap_or(&[])
     }
 
     /// Where the rest of the C2HData PDU `d` goes when it is put straight into its
@@ -79,7 +90,7 @@ impl Conn {
         }
     }
 
-    pub(super) fn on_pdu(&mut self, pdu: Pdu<'_>) -> Result<(), Fatal> {
+    fn on_pdu(&mut self, pdu: Pdu<'_>) -> Result<(), Fatal> {
         let direct = self.direct.take();
         match pdu {
             Pdu::CapsuleResp { cqe } => {
@@ -99,7 +110,7 @@ impl Conn {
                 offset,
                 length,
             } => self.on_r2t(cid, ttag, offset, length),
-            Pdu::C2HTermReq { fes, fei, .. } => Err(Fatal::quiet(describe_term(fes, fei))),
+            // Termination requests arrive as `Event::PeerTerminated`.
             other => Err(Fatal::new(
                 format!(
                     "unexpected {} PDU from the controller",
@@ -187,8 +198,13 @@ impl Conn {
     /// A C2HData PDU failed its data digest: its data is dropped and the command
     /// fails with Data Transfer Error (now if the PDU said SUCCESS, else with the
     /// CapsuleResp that follows).
-    pub(super) fn on_data_digest_error(&mut self, cid: u16, e: &FramerError) -> Result<(), Fatal> {
-        let fl = self.peek.get(offset::FLAGS as usize).copied().unwrap_or(0);
+    fn on_data_digest_error(
+        &mut self,
+        cid: u16,
+        e: &FramerError,
+        header: &[u8],
+    ) -> Result<(), Fatal> {
+        let fl = header.get(offset::FLAGS as usize).copied().unwrap_or(0);
         let qid = self.qid;
         let Some(cmd) = self.slot(cid) else {
             return Err(Fatal::new(

@@ -1,14 +1,13 @@
 //! Moving bytes: writing queued PDUs to the non-blocking socket, reading what it
-//! has into the framer (or straight into a read command's buffer), and ending the
-//! queue on a fatal error.
+//! has into the connection (or straight into a read command's buffer), and ending
+//! the queue on a fatal error.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::{encode_term_req, FramerError, Role};
-use nvmf_common::wire::tcp::pdu_type;
+use nvmf_common::transport::tcp::Event;
 
 use super::{
     Fatal, TcpHostQueue, TransportError, DIRECT_MIN, OUT_COMPACT, READS_PER_POLL, SMALL_RX,
@@ -30,10 +29,9 @@ impl TcpHostQueue {
         let why = f.reason;
         warn!(qid = %self.qid, peer = %self.peer, "NVMe/TCP queue failed: {why}");
         if let Some((fes, fei)) = f.term {
-            let hdr = self.conn.peek_header();
-            let mut term = Vec::new();
-            encode_term_req(Role::Host, fes, fei, hdr, &mut term);
-            self.conn.out.extend_from_slice(&term);
+            self.tcp.terminate(fes, fei, &mut self.conn.out);
+        }
+        if f.flush {
             let rest = self.conn.out.get(self.conn.out_pos..).unwrap_or(&[]);
             let _ = self
                 .sock
@@ -46,39 +44,6 @@ impl TcpHostQueue {
         self.conn.out_pos = 0;
         self.dead = Some(why.clone());
         TransportError::Dead(why)
-    }
-
-    /// A framer error: fatal ones end the queue (with the termination request the
-    /// framer prepared); a data digest error fails its command.
-    fn framer_error(&mut self, e: FramerError) -> Result<(), Fatal> {
-        if let FramerError::DataDigest {
-            pdu_type: t, cid, ..
-        } = e
-        {
-            if t == pdu_type::C2H_DATA {
-                return self.conn.on_data_digest_error(cid, &e);
-            }
-        }
-        let mut term = Vec::new();
-        let sent = self.reader.termination_request(&mut term);
-        let reason = format!("invalid PDU from the controller: {e}");
-        if sent {
-            // The framer built it from the header it rejected; queue it as is.
-            self.conn.out.extend_from_slice(&term);
-            self.write_out_best_effort();
-        }
-        Err(Fatal::quiet(reason))
-    }
-
-    fn write_out_best_effort(&mut self) {
-        let rest = self.conn.out.get(self.conn.out_pos..).unwrap_or(&[]);
-        let _ = self
-            .sock
-            .set_nonblocking(false)
-            .and_then(|()| self.sock.set_write_timeout(Some(TERM_SEND_TIMEOUT)))
-            .and_then(|()| self.sock.write_all(rest));
-        self.conn.out.clear();
-        self.conn.out_pos = 0;
     }
 
     /// Writes queued PDUs until the socket would block.
@@ -115,7 +80,7 @@ impl TcpHostQueue {
             // copied from `rx` straight into its command's buffer.
             while self.rx_start < self.rx_end {
                 let input = self.rx.get(self.rx_start..self.rx_end).unwrap_or(&[]);
-                let progress = self.reader.data_in_progress();
+                let progress = self.tcp.data_in_progress();
                 if let Some(d) = progress {
                     if let Some(dst) = self.conn.direct_dst(&d, 0) {
                         let n = dst.len().min(input.len());
@@ -123,33 +88,27 @@ impl TcpHostQueue {
                             to.copy_from_slice(from);
                         }
                         self.conn.direct.get_or_insert(d.received);
-                        self.reader.skip_data(n);
+                        self.tcp.skip_data(n);
                         self.rx_start += n;
                         self.take_ready()?;
                         continue;
                     }
                 }
+                let conn = &mut self.conn;
+                let handle = |ev: Event<'_>| conn.on_event(ev);
                 let (n, out) = if progress.is_some() {
                     // Not for a buffer of ours: the ordinary path reports it.
-                    self.reader.read(input)
+                    self.tcp.read(input, handle)
                 } else {
-                    self.reader.read_to_data(input)
+                    self.tcp.read_to_data(input, handle)
                 };
-                self.conn.peek_extend(input.get(..n).unwrap_or(&[]));
                 self.rx_start += n;
-                let r = match out {
+                match out {
                     // Stopped at the start of data (see above), or all consumed.
                     None if n > 0 => continue,
                     None => break,
-                    Some(Ok(pdu)) => self.conn.on_pdu(pdu),
-                    Some(Err(e)) => {
-                        let r = self.framer_error(e);
-                        self.conn.peek_len = 0;
-                        r
-                    }
-                };
-                r?;
-                self.conn.peek_len = 0;
+                    Some(r) => r?,
+                }
             }
             // Another read would most likely find nothing (one system call saved).
             if reads >= READS_PER_POLL || drained {
@@ -158,7 +117,7 @@ impl TcpHostQueue {
             self.rx_start = 0;
             self.rx_end = 0;
             // The rest of a large C2HData PDU goes straight into its command's buffer.
-            if let Some(d) = self.reader.data_in_progress() {
+            if let Some(d) = self.tcp.data_in_progress() {
                 if let Some(dst) = self.conn.direct_dst(&d, DIRECT_MIN) {
                     let want = dst.len();
                     match self.sock.read(dst) {
@@ -172,7 +131,7 @@ impl TcpHostQueue {
                             reads += 1;
                             drained = n < want;
                             self.conn.direct.get_or_insert(d.received);
-                            self.reader.skip_data(n);
+                            self.tcp.skip_data(n);
                             self.take_ready()?;
                             continue;
                         }
@@ -189,7 +148,7 @@ impl TcpHostQueue {
             };
             match self.sock.read(self.rx.get_mut(..cap).unwrap_or(&mut [])) {
                 Ok(0) => {
-                    let mid = if self.reader.has_partial_pdu() {
+                    let mid = if self.tcp.awaiting_peer() {
                         " in the middle of a PDU"
                     } else {
                         ""
@@ -210,14 +169,11 @@ impl TcpHostQueue {
 
     /// Handles the PDU that data skipped in the framer completed, if it did.
     fn take_ready(&mut self) -> Result<(), Fatal> {
-        let (_, out) = self.reader.read(&[]);
-        let r = match out {
-            None => return Ok(()),
-            Some(Ok(pdu)) => self.conn.on_pdu(pdu),
-            Some(Err(e)) => self.framer_error(e),
-        };
-        self.conn.peek_len = 0;
-        r
+        let conn = &mut self.conn;
+        match self.tcp.read(&[], |ev| conn.on_event(ev)) {
+            (_, None) => Ok(()),
+            (_, Some(r)) => r,
+        }
     }
 
     /// A failed socket read: nothing to read (or interrupted) is not an error.
