@@ -49,6 +49,11 @@ fn tcp_framer_inputs() {
 }
 
 #[test]
+fn tcp_connection_inputs() {
+    replay("tcp_connection", harness::tcp_connection::run);
+}
+
+#[test]
 fn connect_inputs() {
     replay("connect", harness::connect::run);
 }
@@ -69,6 +74,7 @@ fn harness_smoke() {
     for input in [&[][..], &[0u8; 3][..], &[0xFF; 300][..], &[0x0B; 1100][..]] {
         harness::wire::run(input);
         harness::tcp_framer::run(input);
+        harness::tcp_connection::run(input);
         harness::connect::run(input);
         harness::dispatcher::run(input);
         harness::auth::run(input);

@@ -9,5 +9,6 @@ pub mod auth;
 pub mod connect;
 pub mod dispatcher;
 pub mod rig;
+pub mod tcp_connection;
 pub mod tcp_framer;
 pub mod wire;

@@ -70,7 +70,7 @@ impl HashId {
         })
     }
 
-    /// HMAC(key, parts[0] || parts[1] || ...).
+    /// HMAC(key, parts\[0\] || parts\[1\] || ...).
     pub fn hmac(self, key: &[u8], parts: &[&[u8]]) -> Zeroizing<Vec<u8>> {
         Zeroizing::new(match self {
             HashId::Sha256 => mac::<Hmac<Sha256>>(key, parts),

@@ -1,24 +1,28 @@
-//! NVMe/TCP, sans-IO: the PDU framer ([`PduReader`]), the PDU encoder ([`PduWriter`])
-//! and connection initialization ([`negotiate`]). Nothing here touches a socket: bytes
-//! go in, parsed PDUs and errors come out; PDUs to send are appended to a `Vec<u8>`.
+//! NVMe/TCP, sans-IO: one connection's protocol state ([`Connection`]), built on the
+//! PDU framer ([`PduReader`]), the PDU encoder ([`PduWriter`]) and connection
+//! initialization ([`negotiate`]). Nothing here touches a socket: bytes go in, events
+//! and the bytes to send come out, and a deadline says when a silent peer has waited
+//! too long. The target's poll group (`target/src/tcp`) and the host's queue
+//! (`initiator/src/transport/tcp`) are the two drivers of the same [`Connection`].
 //!
 //! A connection's life, controller side:
 //!
-//! 1. [`PduReader::controller`] with a [`ControllerConfig`]. Feed it the socket's bytes.
+//! 1. [`Connection::controller`] with a [`ControllerConfig`]. Feed it the socket's
+//!    bytes with [`Connection::read`].
 //! 2. The first PDU must be an ICReq; the reader validates it against the
-//!    configuration ([`negotiate::accept_icreq`]), records the [`Negotiated`]
-//!    parameters and yields [`Pdu::IcReq`]. Send [`encode_icresp`] of
-//!    [`negotiate::icresp_params`] and build a [`PduWriter`] from
-//!    [`PduReader::negotiated`].
-//! 3. From then on the reader yields capsules, data and termination requests, checking
-//!    every header field, the data alignment, the lengths against the configured
-//!    limits, and the digests that were negotiated.
-//! 4. A [`FramerError`] with [`FramerError::is_fatal`] ends the connection: send
-//!    [`PduReader::termination_request`] (when it has one) and close. A
-//!    [`FramerError::DataDigest`] only fails the command it names.
+//!    configuration ([`negotiate::accept_icreq`]) and the connection hands out
+//!    [`Event::Established`] with the [`Negotiated`] parameters, the [`PduWriter`] to
+//!    encode with, and the ICResp to send.
+//! 3. From then on it hands out capsules and data ([`Event::Pdu`]), checking every
+//!    header field, the data alignment, the lengths against the configured limits, and
+//!    the digests that were negotiated; a PDU whose data fails its digest only fails
+//!    the command it names ([`Event::DataDigest`]).
+//! 4. A fatal error ([`Event::Failed`], with the termination request to send), the
+//!    peer's termination request ([`Event::PeerTerminated`]), or an error the driver
+//!    finds itself ([`Connection::terminate`]) ends the connection.
 //!
-//! The host side is the mirror image ([`PduReader::host`], [`HostConfig`],
-//! [`encode_icreq`] first, then the ICResp is checked by [`negotiate::accept_icresp`]).
+//! The host side is the mirror image ([`Connection::host`] with a [`HostConfig`]
+//! queues the ICReq; the ICResp is checked by [`negotiate::accept_icresp`]).
 //!
 //! Behaviour follows the NVMe/TCP Transport Specification 1.0 as Linux
 //! (`drivers/nvme/{host,target}/tcp.c`), SPDK (`lib/nvmf/tcp.c`) and FreeBSD
