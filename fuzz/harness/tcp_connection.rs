@@ -18,13 +18,13 @@
 use std::time::{Duration, Instant};
 
 use nvmf_common::transport::tcp::{
-    Connection, ControllerConfig, Event, FramerError, HostConfig, Pdu, Role, HEADER_KEEP,
+    Connection, ControllerConfig, Event, FramerError, HostConfig, Role, HEADER_KEEP,
 };
 use nvmf_common::wire::tcp::term_fes;
 
+use super::tcp_framer::{touch, MAX_DATA};
+
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// The largest C2HData the host end accepts.
-const MAX_DATA: u32 = 128 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
@@ -196,17 +196,4 @@ fn check_term(role: Role, term: &[u8], fes: u16, fei: u32) {
     });
     assert_eq!(used, term.len(), "termination request length");
     assert_eq!(out, Some((fes, fei)));
-}
-
-/// Reads every field of a PDU (lengths must be consistent with the slices).
-fn touch(p: &Pdu<'_>) {
-    match p {
-        Pdu::CapsuleCmd { data, .. } => {
-            assert!(data.len() <= ControllerConfig::default().max_icd as usize)
-        }
-        Pdu::H2CData { data, .. } | Pdu::C2HData { data, .. } => {
-            assert!(data.len() <= MAX_DATA as usize)
-        }
-        _ => {}
-    }
 }

@@ -12,7 +12,7 @@ use nvmf_common::transport::tcp::{
 };
 
 /// The largest PDU data either reader accepts.
-const MAX_DATA: u32 = 128 * 1024;
+pub const MAX_DATA: u32 = 128 * 1024;
 
 fn configs(ctl: u8) -> (ControllerConfig, HostConfig) {
     let hd = ctl & 0b010 != 0;
@@ -137,7 +137,7 @@ fn check_term(from_controller: bool, term: &[u8], e: FramerError) {
 }
 
 /// Reads every field of a PDU (lengths must be consistent with the slices).
-fn touch(p: &Pdu<'_>) {
+pub fn touch(p: &Pdu<'_>) {
     match p {
         Pdu::CapsuleCmd { data, .. } => {
             assert!(data.len() <= ControllerConfig::default().max_icd as usize)
