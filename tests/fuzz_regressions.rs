@@ -147,7 +147,7 @@ fn capture_seeds() {
                 let Ok(n) = reader.feed(rest) else { break };
                 rest = &rest[n..];
                 if let Some(Ok(Pdu::CapsuleCmd { sqe, .. })) = reader.poll() {
-                    sqes.push(sqe);
+                    sqes.push(*sqe);
                 }
             }
             // Skip the Connect: the rig connects the queues itself.

@@ -198,7 +198,7 @@ impl RawCtrl {
                 None => continue,
                 Some(Err(e)) => Got::Error(e),
                 Some(Ok(Pdu::CapsuleCmd { sqe, data })) => Got::Cmd {
-                    sqe,
+                    sqe: *sqe,
                     data: data.to_vec(),
                 },
                 Some(Ok(Pdu::H2CData {

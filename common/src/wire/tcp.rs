@@ -385,6 +385,15 @@ impl<T: AsRef<[u8]>> CapsuleCmd<T> {
     }
 }
 
+impl<'a> CapsuleCmd<&'a [u8]> {
+    /// The submission queue entry, borrowed for as long as the PDU's bytes; `None`
+    /// when the buffer is too short to hold it.
+    pub fn sqe(&self) -> Option<&'a [u8; super::sqe::SQE_LEN]> {
+        let buffer: &'a [u8] = self.buffer;
+        buffer.get(capsule_field::SQE)?.first_chunk()
+    }
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> CapsuleCmd<T> {
     /// The submission queue entry, mutably.
     pub fn cmd_mut(&mut self) -> &mut [u8] {

@@ -211,7 +211,7 @@ impl TcpTransport {
     ) -> Result<(), ProtocolError> {
         match pdu {
             Pdu::CapsuleCmd { sqe, data } => {
-                self.on_capsule(rt, ci, &sqe, data);
+                self.on_capsule(rt, ci, sqe, data);
                 Ok(())
             }
             Pdu::H2CData {

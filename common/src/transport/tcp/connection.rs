@@ -156,6 +156,7 @@ impl Connection {
     /// PDU completed (or the connection failed), what `handle` made of its event.
     /// `None`: every byte was consumed and no PDU is complete yet (or the connection
     /// is closed and reads nothing more).
+    #[inline]
     pub fn read<R>(
         &mut self,
         input: &[u8],
@@ -168,6 +169,7 @@ impl Connection {
     /// PDU's data when the whole PDU is not in `input` (see
     /// [`PduReader::read_to_data`]): the driver then receives the data where it
     /// belongs and accounts for it with [`skip_data`](Connection::skip_data).
+    #[inline]
     pub fn read_to_data<R>(
         &mut self,
         input: &[u8],
@@ -195,15 +197,18 @@ impl Connection {
         }
     }
 
+    // Inlined into the driver's receive loop, with the handler called at one place:
+    // the event and its PDU are built where the handler takes them.
+    #[inline(always)]
     fn read_with<R>(
         &mut self,
         input: &[u8],
         to_data: bool,
         handle: impl FnOnce(Event<'_>) -> R,
     ) -> (usize, Option<R>) {
-        match self.state {
-            State::Closed => (0, None),
-            State::Initializing => self.read_initialization(input, handle),
+        let (used, event) = match self.state {
+            State::Closed => return (0, None),
+            State::Initializing => self.initialization_event(input),
             State::Established => {
                 if self.pdu_done && !input.is_empty() {
                     self.hdr_len = 0;
@@ -232,26 +237,21 @@ impl Connection {
                         let header = header_of(&self.hdr, self.hdr_len);
                         Event::DataDigest { error, header }
                     }
-                    Some(Err(error)) => {
-                        // The reader is poisoned; the borrow of it ends here.
-                        return (used, Some(self.fail(error, handle)));
-                    }
+                    // The reader is poisoned: nothing borrows it any more.
+                    Some(Err(error)) => self.fail(error),
                 };
-                (used, Some(handle(event)))
+                (used, Some(event))
             }
-        }
+        };
+        (used, event.map(handle))
     }
 
     /// Before initialization completed: only an ICReq (controller) or ICResp (host)
     /// or a termination request gets through the framer, so nothing borrows input.
-    fn read_initialization<R>(
-        &mut self,
-        input: &[u8],
-        handle: impl FnOnce(Event<'_>) -> R,
-    ) -> (usize, Option<R>) {
+    fn initialization_event(&mut self, input: &[u8]) -> (usize, Option<Event<'_>>) {
         let used = match self.reader.feed(input) {
             Ok(n) => n,
-            Err(error) => return (0, Some(self.fail(error, handle))),
+            Err(error) => return (0, Some(self.fail(error))),
         };
         enum Outcome {
             Ready,
@@ -260,7 +260,7 @@ impl Connection {
         }
         let outcome = match self.reader.poll() {
             None => return (used, None),
-            Some(Err(error)) => return (used, Some(self.fail(error, handle))),
+            Some(Err(error)) => return (used, Some(self.fail(error))),
             Some(Ok(Pdu::IcReq(_) | Pdu::IcResp(_))) => Outcome::Ready,
             Some(Ok(Pdu::H2CTermReq { fes, fei, .. } | Pdu::C2HTermReq { fes, fei, .. })) => {
                 Outcome::Term(fes, fei)
@@ -271,7 +271,7 @@ impl Connection {
             (Outcome::Ready, Some(n)) => n,
             (Outcome::Term(fes, fei), _) => {
                 self.state = State::Closed;
-                return (used, Some(handle(Event::PeerTerminated { fes, fei })));
+                return (used, Some(Event::PeerTerminated { fes, fei }));
             }
             // The framer lets nothing else through before initialization, and records
             // what it accepted; should that ever not hold, the connection ends.
@@ -279,7 +279,7 @@ impl Connection {
                 let error = FramerError::PduSequence {
                     reason: "PDU before connection initialization",
                 };
-                return (used, Some(self.fail(error, handle)));
+                return (used, Some(self.fail(error)));
             }
         };
         self.state = State::Established;
@@ -295,19 +295,19 @@ impl Connection {
             writer: PduWriter::new(role, &negotiated),
             send: &self.control,
         };
-        (used, Some(handle(event)))
+        (used, Some(event))
     }
 
     /// A fatal framer error: the termination request it calls for goes out in the
     /// event, and the connection reads nothing more.
-    fn fail<R>(&mut self, error: FramerError, handle: impl FnOnce(Event<'_>) -> R) -> R {
+    fn fail(&mut self, error: FramerError) -> Event<'_> {
         self.state = State::Closed;
         self.control.clear();
         self.reader.termination_request(&mut self.control);
-        handle(Event::Failed {
+        Event::Failed {
             error,
             send: &self.control,
-        })
+        }
     }
 
     /// Ends the connection for an error the driver found in a PDU the framer accepted
@@ -352,6 +352,7 @@ fn header_of(hdr: &[u8; HEADER_KEEP], len: usize) -> &[u8] {
 }
 
 /// Appends the start of a PDU's bytes to the kept header, up to [`HEADER_KEEP`].
+#[inline]
 fn keep_header(hdr: &mut [u8; HEADER_KEEP], len: &mut usize, bytes: Option<&[u8]>) {
     let bytes = bytes.unwrap_or(&[]);
     let take = HEADER_KEEP.saturating_sub(*len).min(bytes.len());

@@ -11,6 +11,9 @@ use crate::wire::tcp::{IcResp, R2t, TermReq, DIGEST_LEN, HDR_LEN, ICREQ_LEN, MAX
 use crate::wire::tcp::{MAX_TERM_PLEN_ACCEPTED, TERM_HDR_LEN};
 use crate::wire::{get_bytes, get_bytes_n, get_u16, get_u32};
 
+/// What a CapsuleCmd too short for its SQE would carry (never: its HLEN is checked).
+static NO_SQE: [u8; SQE_LEN] = [0; SQE_LEN];
+
 /// The largest PDU data offset (`pdo` is one byte).
 const MAX_PDO: usize = u8::MAX as usize;
 
@@ -42,8 +45,12 @@ pub enum Pdu<'a> {
     /// The controller terminates the connection; `data` is the header of the PDU it
     /// rejected. Close the connection.
     C2HTermReq { fes: u16, fei: u32, data: &'a [u8] },
-    /// A command capsule: the SQE and its in-capsule data (possibly empty).
-    CapsuleCmd { sqe: [u8; SQE_LEN], data: &'a [u8] },
+    /// A command capsule: the SQE and its in-capsule data (possibly empty), both
+    /// borrowed where the PDU lies (so handing the PDU on copies no SQE).
+    CapsuleCmd {
+        sqe: &'a [u8; SQE_LEN],
+        data: &'a [u8],
+    },
     /// A response capsule.
     CapsuleResp { cqe: [u8; CQE_LEN] },
     /// Write data the controller asked for with an R2T.
@@ -788,7 +795,8 @@ fn parse<'b>(f: &Frame, pdu: &'b [u8]) -> Pdu<'b> {
             }
         }
         Kind::Cmd => Pdu::CapsuleCmd {
-            sqe: get_bytes_n(CapsuleCmd::new_unchecked(hdr).cmd(), 0..SQE_LEN),
+            // The header's length was checked: the SQE is there.
+            sqe: CapsuleCmd::new_unchecked(hdr).sqe().unwrap_or(&NO_SQE),
             data,
         },
         Kind::Rsp => Pdu::CapsuleResp {

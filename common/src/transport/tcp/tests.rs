@@ -109,7 +109,7 @@ fn h2c_stream(p: &Pair) -> (Vec<u8>, Vec<String>) {
     want.push(format!(
         "{:?}",
         Pdu::CapsuleCmd {
-            sqe: sqe(1),
+            sqe: &sqe(1),
             data: &[]
         }
     ));
@@ -117,7 +117,7 @@ fn h2c_stream(p: &Pair) -> (Vec<u8>, Vec<String>) {
     want.push(format!(
         "{:?}",
         Pdu::CapsuleCmd {
-            sqe: sqe(2),
+            sqe: &sqe(2),
             data: &d1
         }
     ));
@@ -285,7 +285,7 @@ fn writer_layout_matches_linux() {
     let want = format!(
         "{:?}",
         Pdu::CapsuleCmd {
-            sqe: sqe(1),
+            sqe: &sqe(1),
             data: &[9; 10]
         }
     );

@@ -204,6 +204,9 @@ impl PduWriter {
     }
 
     /// Appends header, header digest, padding, data and data digest.
+    // `encode` and `encode_head` are inlined into each PDU's method whatever the
+    // crate's code-generation partition: every PDU on the data path goes through them.
+    #[inline(always)]
     fn encode(
         &self,
         t: u8,
@@ -220,6 +223,7 @@ impl PduWriter {
 
     /// Appends header, header digest and the padding before `data_len` bytes of data;
     /// returns the whole PDU's length. The one place a PDU's layout is computed.
+    #[inline(always)]
     fn encode_head(
         &self,
         t: u8,
