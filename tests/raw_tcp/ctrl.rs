@@ -162,6 +162,14 @@ impl RawCtrl {
         self.icreq
     }
 
+    /// Waits for the host without a deadline from now on (a bridge serving a real host,
+    /// which may stay idle as long as it likes).
+    pub fn wait_forever(&self) {
+        self.sock
+            .set_read_timeout(None)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// The controller's PDU writer (for PDUs to corrupt before sending).
     pub fn writer(&self) -> PduWriter {
         self.writer

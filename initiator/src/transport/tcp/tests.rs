@@ -157,6 +157,8 @@ fn tcp_bridge(fabric: Arc<dyn Fabric>, cfg: ControllerConfig) -> SocketAddr {
 }
 
 fn bridge_conn(mut c: RawCtrl, fabric: Arc<dyn Fabric>) {
+    // A server: a host under a loaded machine may be slow; it ends by closing.
+    c.wait_forever();
     let mut fq: Option<Box<dyn HostQueue>> = None;
     let mut reads = 0u32;
     loop {
