@@ -11,7 +11,12 @@ use std::process::ExitCode;
 mod admin_cmd;
 mod args;
 mod io_cmd;
+mod log_cmd;
+mod log_print;
+#[cfg(test)]
+mod log_tests;
 mod map_cmd;
+mod ns_cmd;
 mod perf_cmd;
 mod query_cmd;
 mod reconnect_args;
@@ -88,6 +93,20 @@ pub enum Command {
     WriteZeroes(admin_cmd::WriteZeroesArgs),
     /// Deallocate ranges (like `nvme dsm --ad`).
     Dsm(admin_cmd::DsmArgs),
+    /// Print the SMART / Health Information log (like `nvme smart-log`).
+    SmartLog(log_cmd::SmartLogArgs),
+    /// Print the Error Information log (like `nvme error-log`).
+    ErrorLog(log_cmd::ErrorLogArgs),
+    /// Print the Firmware Slot Information log (like `nvme fw-log`).
+    FwLog(log_cmd::FwLogArgs),
+    /// Print the Changed Namespace List log (like `nvme changed-ns-list-log`).
+    ChangedNsListLog(log_cmd::ChangedNsListLogArgs),
+    /// Print the Commands Supported and Effects log (like `nvme effects-log`).
+    EffectsLog(log_cmd::EffectsLogArgs),
+    /// Compare blocks with a file or stdin (like `nvme compare`).
+    Compare(ns_cmd::CompareArgs),
+    /// Print the Namespace Identification Descriptor list (like `nvme ns-descs`).
+    NsDescs(ns_cmd::NsDescsArgs),
 }
 
 /// A CLI failure with its exit code.
@@ -158,6 +177,13 @@ pub fn main() -> ExitCode {
         Command::Flush(a) => admin_cmd::flush(a),
         Command::WriteZeroes(a) => admin_cmd::write_zeroes(a),
         Command::Dsm(a) => admin_cmd::dsm(a),
+        Command::SmartLog(a) => log_cmd::smart_log(a, cli.verbose > 0),
+        Command::ErrorLog(a) => log_cmd::error_log(a),
+        Command::FwLog(a) => log_cmd::fw_log(a),
+        Command::ChangedNsListLog(a) => log_cmd::changed_ns_list_log(a),
+        Command::EffectsLog(a) => log_cmd::effects_log(a, cli.verbose > 0),
+        Command::Compare(a) => ns_cmd::compare(a),
+        Command::NsDescs(a) => ns_cmd::ns_descs(a, cli.verbose > 0),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
