@@ -25,7 +25,7 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-use clap::{ArgAction, Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use nvmf_initiator::error::Error;
@@ -156,7 +156,12 @@ fn init_logging(verbose: u8) {
 
 /// Parses the command line, runs it, and returns the exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The matches are kept: `perf --job-file` needs to know which options were typed.
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     init_logging(cli.verbose);
     let r = match &cli.command {
         Command::Discover(a) => query_cmd::discover(a),
@@ -164,7 +169,7 @@ pub fn main() -> ExitCode {
         Command::List(a) => query_cmd::list(a),
         Command::Read(a) => io_cmd::read(a),
         Command::Write(a) => io_cmd::write(a),
-        Command::Perf(a) => perf_cmd::perf_cmd(a),
+        Command::Perf(a) => perf_cmd::perf_cmd(a, matches.subcommand_matches("perf")),
         Command::Map(a) => map_cmd::map_cmd(a),
         Command::ResvRegister(a) => resv_cmd::register(a),
         Command::ResvAcquire(a) => resv_cmd::acquire(a),
