@@ -107,6 +107,9 @@ pub enum Command {
     Compare(ns_cmd::CompareArgs),
     /// Print the Namespace Identification Descriptor list (like `nvme ns-descs`).
     NsDescs(ns_cmd::NsDescsArgs),
+    /// Write man pages and shell completions into DIR (packaging).
+    #[command(hide = true)]
+    GenDocs { dir: std::path::PathBuf },
 }
 
 /// A CLI failure with its exit code.
@@ -154,6 +157,14 @@ fn init_logging(verbose: u8) {
         .try_init();
 }
 
+/// `gen-docs DIR`: man pages and completions from this command line's definition.
+fn gen_docs(dir: &std::path::Path) -> CliResult {
+    for f in nvmf_common::cli_docs::write(Cli::command(), dir)? {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
 /// Parses the command line, runs it, and returns the exit code.
 pub fn main() -> ExitCode {
     // The matches are kept: `perf --job-file` needs to know which options were typed.
@@ -189,6 +200,7 @@ pub fn main() -> ExitCode {
         Command::EffectsLog(a) => log_cmd::effects_log(a, cli.verbose > 0),
         Command::Compare(a) => ns_cmd::compare(a),
         Command::NsDescs(a) => ns_cmd::ns_descs(a, cli.verbose > 0),
+        Command::GenDocs { dir } => gen_docs(dir),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! `perf --job-file` (issue 16, deliverable 4): the `nvmf-initiator` binary runs an fio
-//! job file's sections one after another against an in-process (loopback) target, the
-//! command line overriding the file, and refuses an unsupported option by name and line.
+//! job file's sections one after another against one in-process (loopback) target (a
+//! read section verifies what a write section wrote), the command line overriding the
+//! file, and refuses an unsupported option by name and line.
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -46,7 +47,7 @@ fn two_sections_run_in_order_with_the_command_line_overriding() {
         "two",
         "[global]\nbs=4k\niodepth=4\nsize=8M\n\n\
          [fill]\nrw=write\nverify=crc32c\n\n\
-         [check]\nstonewall\nrw=randread\nruntime=300ms\nnumjobs=2\n",
+         [check]\nstonewall\nrw=randread\nruntime=300ms\nverify=crc32c\n",
     );
     let out = perf(&job, &["--iodepth", "2", "--output-format", "json"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -74,7 +75,13 @@ fn two_sections_run_in_order_with_the_command_line_overriding() {
     assert_eq!(fill["options"]["size"], 8 << 20, "{fill}");
     assert_eq!(check["name"], "check");
     assert_eq!(check["options"]["rw"], "randread", "{check}");
-    assert_eq!(check["options"]["numjobs"], 2, "{check}");
+    // The second section reads back, and checks, what the first wrote: the sections
+    // share one (in-process) target.
+    assert_eq!(check["options"]["verify"], true, "{check}");
+    assert!(
+        check["verify"]["blocks_checked"].as_u64().unwrap_or(0) > 0,
+        "{check}"
+    );
     assert_eq!(check["options"]["iodepth"], 2, "{check}");
     assert_eq!(check["options"]["runtime"], 300, "{check}");
     for g in groups {

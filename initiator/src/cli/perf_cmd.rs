@@ -15,7 +15,7 @@ use nvmf_initiator::perf::jobfile::{parse_job_file, JobSection, JobSettings};
 use nvmf_initiator::perf::{self, PerfOptions, PerfReport, PerfTarget};
 use nvmf_initiator::requeue::{Requeue, SharedSession};
 
-use super::session::{connect_options, open};
+use super::session::{connect_options, open, Session};
 use super::{print_json, reconnect_args, CliError, CliResult, OutputFormat, PerfArgs};
 
 /// Every option of `a`, defaults included, as job settings.
@@ -85,14 +85,15 @@ pub fn perf_options(s: &JobSettings, progress: bool) -> PerfOptions {
     }
 }
 
-/// Connects, runs `opts`, disconnects; the report and how often it reconnected.
-fn run(a: &PerfArgs, opts: &PerfOptions) -> Result<(PerfReport, u32), CliError> {
+/// Connects through `s`, runs `opts`, disconnects; the report and how often it
+/// reconnected. Job file sections share `s`: a loopback target (and a RAM namespace's
+/// data) lives from the first section to the last, as a real target would.
+fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32), CliError> {
     let policy = reconnect_args::policy(a.conn.ctrl_loss_tmo, a.conn.reconnect_delay)?;
-    let s = open(&a.conn)?;
     let jobs =
         u16::try_from(opts.numjobs).map_err(|_| CliError::Usage("numjobs is too large".into()))?;
     let min_q = u16::try_from(opts.iodepth.saturating_add(1)).unwrap_or(u16::MAX);
-    let o = connect_options(&a.conn, &s, jobs.max(1), min_q)?;
+    let o = connect_options(&a.conn, s, jobs.max(1), min_q)?;
     let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
         .with_paths(super::session::more_paths(&a.conn)?);
     let target = PerfTarget::from_controller(session.controller()?, opts.nsid)?;
@@ -125,7 +126,8 @@ fn failure(reports: &[&PerfReport]) -> CliResult {
 pub(super) fn perf_cmd(a: &PerfArgs, m: Option<&ArgMatches>) -> CliResult {
     let progress = a.output_format == OutputFormat::Normal;
     let Some(path) = &a.job_file else {
-        let (report, reconnects) = run(a, &perf_options(&cli_settings(a), progress))?;
+        let s = open(&a.conn)?;
+        let (report, reconnects) = run(a, &s, &perf_options(&cli_settings(a), progress))?;
         match a.output_format {
             OutputFormat::Normal => print!("{}", report.format_normal()),
             OutputFormat::Json => print_json(&report.to_json())?,
@@ -141,6 +143,7 @@ pub(super) fn perf_cmd(a: &PerfArgs, m: Option<&ArgMatches>) -> CliResult {
     let sections = parse_job_file(&text, &path.display().to_string())?;
     let explicit = explicit_settings(a, m);
     let all = cli_settings(a);
+    let s = open(&a.conn)?;
     let mut done: Vec<(&JobSection, PerfReport)> = Vec::new();
     for (i, sec) in sections.iter().enumerate() {
         if i > 0 && !sec.stonewall {
@@ -150,7 +153,7 @@ pub(super) fn perf_cmd(a: &PerfArgs, m: Option<&ArgMatches>) -> CliResult {
             );
         }
         let opts = perf_options(&explicit.clone().or(&sec.settings).or(&all), progress);
-        let (report, reconnects) = run(a, &opts)?;
+        let (report, reconnects) = run(a, &s, &opts)?;
         note_reconnects(reconnects);
         if a.output_format == OutputFormat::Normal {
             println!("{}: (groupid={i}, jobs={})", sec.name, opts.numjobs);
