@@ -24,9 +24,9 @@ use super::{print_json, CliResult, ConnArgs, OutputFormat};
     # compare blocks 0-7 of namespace 1 with a file (block count is 0-based)\n  \
     nvmf-initiator compare -t tcp -a 192.168.1.10 -n nqn.2024-01.io.example:disk1 \\\n      \
     --start-block 0 -c 7 -d expected.bin\n  \
-    # the same 4 KiB from stdin, the block count worked out from --data-size\n  \
+    # 4 KiB from stdin at block 16, the block count worked out from --data-size\n  \
     nvmf-initiator compare -t tcp -a 192.168.1.10 -n nqn.2024-01.io.example:disk1 \\\n      \
-    --start-block 16 -z 4096 < expected.bin\n\
+    --start-block 16 -z 4096 < expected.bin\n\n\
     A miscompare fails with the NVMe status Compare Failure (exit code 1).")]
 pub struct CompareArgs {
     #[command(flatten)]
