@@ -216,3 +216,37 @@ fn sq_head_advances_with_each_command() {
     // Queue of 8 entries (SQSIZE 7): the head wraps after 7.
     assert_eq!(heads, vec![2, 3, 4, 5, 6, 7, 0, 1, 2, 3]);
 }
+
+/// The log pages nvme-cli's `smart-log`, `fw-log` and `effects-log` read: a healthy
+/// SMART page, the running version in firmware slot 1 (active), and Compare among the
+/// supported I/O commands.
+#[test]
+fn smart_fw_slot_and_effects_pages() {
+    use nvmf_common::wire::log::{
+        effects, fw_afi, CmdEffectsLog, FwSlotLog, SmartLog, CMD_EFFECTS_LOG_LEN, FW_SLOT_LOG_LEN,
+        SMART_LOG_LEN,
+    };
+    use nvmf_common::wire::nvm::opcode as io;
+    let env = start(&config(&["ram:16M"]));
+    let ctrl = connect(&env, 1, 32);
+    let page = ctrl
+        .get_log_page(lid::SMART, Nsid::BROADCAST, SMART_LOG_LEN, 0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let s = SmartLog::new_unchecked(&page[..]);
+    assert_eq!((s.critical_warning(), s.avail_spare()), (0, 100));
+    assert!(s.temperature() > 0);
+    let page = ctrl
+        .get_log_page(lid::FW_SLOT, Nsid::BROADCAST, FW_SLOT_LOG_LEN, 0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = FwSlotLog::new_unchecked(&page[..]);
+    assert_eq!(f.afi(), fw_afi(1, 0));
+    assert_eq!(f.frs_string(1), ctrl.id_ctrl().fr);
+    assert!(!f.frs_string(1).is_empty());
+    assert_eq!(f.frs(2), [0; 8]);
+    let page = ctrl
+        .get_log_page(lid::CMD_EFFECTS, Nsid::BROADCAST, CMD_EFFECTS_LOG_LEN, 0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let l = CmdEffectsLog::new_unchecked(&page[..]);
+    assert_eq!(l.iocs(io::COMPARE), effects::CSUPP);
+    assert_eq!(l.iocs(io::WRITE), effects::CSUPP | effects::LBCC);
+}

@@ -123,12 +123,30 @@ fn io_command_errors_have_exact_status() {
     );
     assert!(c.status.is_success());
     // Errors are recorded in the Error Information log (newest first).
+    use nvmf_common::wire::log::{ErrorInfoEntry, ERROR_INFO_ENTRY_LEN};
     let log = ctrl
-        .get_log_page(nvmf_common::wire::log::lid::ERROR_INFO, Nsid(0), 64, 0)
+        .get_log_page(
+            nvmf_common::wire::log::lid::ERROR_INFO,
+            Nsid(0),
+            3 * ERROR_INFO_ENTRY_LEN,
+            0,
+        )
         .unwrap_or_else(|e| panic!("{e}"));
-    let e = nvmf_common::wire::log::ErrorInfoEntry::new_unchecked(&log[..]);
+    let e = ErrorInfoEntry::new_unchecked(&log[..]);
     assert!(e.error_count() >= 5);
     assert_eq!(e.sqid(), 1);
+    // The status sits in bits 15:1 above the phase tag (nvmet, nvme-cli's `>> 1`).
+    assert_eq!(e.status_field() & 1, 0, "phase tag");
+    let s = e.status();
+    assert!(s.dnr && s.is(Sct::Generic, generic::INVALID_FIELD), "{s}");
+    assert_eq!(e.opcode(), nvmf_common::wire::nvm::opcode::FLUSH);
+    // Two entries back: the Read whose data length disagreed with NLB.
+    let e = ErrorInfoEntry::new_unchecked(&log[2 * ERROR_INFO_ENTRY_LEN..]);
+    assert!(e
+        .status()
+        .is(Sct::Generic, generic::DATA_SGL_LENGTH_INVALID));
+    assert_eq!(e.opcode(), nvmf_common::wire::nvm::opcode::READ);
+    assert_eq!(e.nsid(), 1);
 }
 
 #[test]

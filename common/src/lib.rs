@@ -7,6 +7,8 @@
 //! - [`config`]: the target's YAML configuration and namespace specs.
 
 pub mod auth;
+#[cfg(feature = "cli-docs")]
+pub mod cli_docs;
 pub mod config;
 pub mod tls;
 pub mod transport;

@@ -11,7 +11,12 @@ use std::process::ExitCode;
 mod admin_cmd;
 mod args;
 mod io_cmd;
+mod log_cmd;
+mod log_print;
+#[cfg(test)]
+mod log_tests;
 mod map_cmd;
+mod ns_cmd;
 mod perf_cmd;
 mod query_cmd;
 mod reconnect_args;
@@ -20,7 +25,7 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-use clap::{ArgAction, Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use nvmf_initiator::error::Error;
@@ -88,6 +93,23 @@ pub enum Command {
     WriteZeroes(admin_cmd::WriteZeroesArgs),
     /// Deallocate ranges (like `nvme dsm --ad`).
     Dsm(admin_cmd::DsmArgs),
+    /// Print the SMART / Health Information log (like `nvme smart-log`).
+    SmartLog(log_cmd::SmartLogArgs),
+    /// Print the Error Information log (like `nvme error-log`).
+    ErrorLog(log_cmd::ErrorLogArgs),
+    /// Print the Firmware Slot Information log (like `nvme fw-log`).
+    FwLog(log_cmd::FwLogArgs),
+    /// Print the Changed Namespace List log (like `nvme changed-ns-list-log`).
+    ChangedNsListLog(log_cmd::ChangedNsListLogArgs),
+    /// Print the Commands Supported and Effects log (like `nvme effects-log`).
+    EffectsLog(log_cmd::EffectsLogArgs),
+    /// Compare blocks with a file or stdin (like `nvme compare`).
+    Compare(ns_cmd::CompareArgs),
+    /// Print the Namespace Identification Descriptor list (like `nvme ns-descs`).
+    NsDescs(ns_cmd::NsDescsArgs),
+    /// Write man pages and shell completions into DIR (packaging).
+    #[command(hide = true)]
+    GenDocs { dir: std::path::PathBuf },
 }
 
 /// A CLI failure with its exit code.
@@ -135,9 +157,22 @@ fn init_logging(verbose: u8) {
         .try_init();
 }
 
+/// `gen-docs DIR`: man pages and completions from this command line's definition.
+fn gen_docs(dir: &std::path::Path) -> CliResult {
+    for f in nvmf_common::cli_docs::write(Cli::command(), dir)? {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
 /// Parses the command line, runs it, and returns the exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The matches are kept: `perf --job-file` needs to know which options were typed.
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     init_logging(cli.verbose);
     let r = match &cli.command {
         Command::Discover(a) => query_cmd::discover(a),
@@ -145,7 +180,7 @@ pub fn main() -> ExitCode {
         Command::List(a) => query_cmd::list(a),
         Command::Read(a) => io_cmd::read(a),
         Command::Write(a) => io_cmd::write(a),
-        Command::Perf(a) => perf_cmd::perf_cmd(a),
+        Command::Perf(a) => perf_cmd::perf_cmd(a, matches.subcommand_matches("perf")),
         Command::Map(a) => map_cmd::map_cmd(a),
         Command::ResvRegister(a) => resv_cmd::register(a),
         Command::ResvAcquire(a) => resv_cmd::acquire(a),
@@ -158,6 +193,14 @@ pub fn main() -> ExitCode {
         Command::Flush(a) => admin_cmd::flush(a),
         Command::WriteZeroes(a) => admin_cmd::write_zeroes(a),
         Command::Dsm(a) => admin_cmd::dsm(a),
+        Command::SmartLog(a) => log_cmd::smart_log(a, cli.verbose > 0),
+        Command::ErrorLog(a) => log_cmd::error_log(a),
+        Command::FwLog(a) => log_cmd::fw_log(a),
+        Command::ChangedNsListLog(a) => log_cmd::changed_ns_list_log(a),
+        Command::EffectsLog(a) => log_cmd::effects_log(a, cli.verbose > 0),
+        Command::Compare(a) => ns_cmd::compare(a),
+        Command::NsDescs(a) => ns_cmd::ns_descs(a, cli.verbose > 0),
+        Command::GenDocs { dir } => gen_docs(dir),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -319,8 +319,9 @@ impl Controller {
         Ok(c)
     }
 
-    /// Runs one admin command that returns `len` bytes and returns them.
-    fn admin_read(&self, sqe: SqeBytes, len: usize) -> Result<Vec<u8>, Error> {
+    /// Runs one admin command that returns `len` bytes and returns them (an error
+    /// status is an [`Error::Status`]).
+    pub fn admin_read(&self, sqe: SqeBytes, len: usize) -> Result<Vec<u8>, Error> {
         let mut admin = self.admin.lock();
         read_data(
             self.fabric.as_ref(),

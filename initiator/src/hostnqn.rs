@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use tracing::warn;
+use tracing::info;
 use uuid::Uuid;
 
 use nvmf_common::types::Nqn;
@@ -89,8 +89,11 @@ impl HostIdentity {
         match (nqn, id) {
             (Some(hostnqn), Some(hostid)) => {
                 if let Some(u) = nqn_uuid(&hostnqn) {
+                    // Debian's nvme-cli package writes /etc/nvme/hostnqn and hostid
+                    // with different UUIDs, and the Linux host accepts that pair
+                    // silently: so do we, saying it only when asked (-v).
                     if u.as_bytes() != &hostid {
-                        warn!(%hostnqn, hostid = %Uuid::from_bytes(hostid),
+                        info!(%hostnqn, hostid = %Uuid::from_bytes(hostid),
                             "host NQN's UUID and host id differ");
                     }
                 }
@@ -242,6 +245,77 @@ mod tests {
         let h = HostIdentity::combine(None, Some(parse_hostid(U).unwrap()));
         assert_eq!(h.hostnqn.as_str(), format!("{UUID_NQN_PREFIX}{U}"));
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// What `f` logs at `level` and above (the CLI's default is WARN, `-v` INFO).
+    fn logged_at(level: tracing::Level, f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let out = buf.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if let Ok(mut v) = self.0.lock() {
+                v.extend_from_slice(b);
+            }
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn debian_pair_with_different_uuids_is_accepted_quietly() {
+        // Debian's nvme-cli package: a hostnqn UUID and an unrelated hostid.
+        let other = "5dd56452-36d6-4943-ab86-8b7cfce16ddc";
+        let d = dir();
+        let (nf, idf) = (d.join("hostnqn"), d.join("hostid"));
+        std::fs::write(&nf, format!("{UUID_NQN_PREFIX}{U}\n")).unwrap();
+        std::fs::write(&idf, format!("{other}\n")).unwrap();
+        let load = || {
+            let h = HostIdentity::load_from(&nf, &idf, None, None).unwrap();
+            assert_eq!(
+                h.hostid_string(),
+                other,
+                "the host id file is used as it is"
+            );
+            assert_eq!(h.hostnqn.as_str(), format!("{UUID_NQN_PREFIX}{U}"));
+            assert_eq!(h.source, IdentitySource::Configured);
+        };
+        assert_eq!(
+            logged_at(tracing::Level::WARN, load),
+            "",
+            "silent by default"
+        );
+        let v = logged_at(tracing::Level::INFO, load);
+        assert!(v.contains("host NQN's UUID and host id differ"), "{v}");
+        assert_eq!(v.lines().count(), 1, "said once: {v}");
+        // A matching pair says nothing even with -v.
+        std::fs::write(&idf, U).unwrap();
+        assert_eq!(
+            logged_at(tracing::Level::TRACE, load_matching(&nf, &idf)),
+            ""
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn load_matching<'a>(nf: &'a Path, idf: &'a Path) -> impl FnOnce() + 'a {
+        move || {
+            let h = HostIdentity::load_from(nf, idf, None, None).unwrap();
+            assert_eq!(h.hostid_string(), U);
+        }
     }
 
     #[test]

@@ -67,6 +67,9 @@ enum Cmd {
         #[command(subcommand)]
         op: ctl::CtlCommand,
     },
+    /// Write man pages and shell completions into DIR (packaging).
+    #[command(hide = true)]
+    GenDocs { dir: PathBuf },
 }
 
 fn init_logs(format: &str) {
@@ -140,6 +143,9 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
+    if let Some(Cmd::GenDocs { dir }) = &cli.cmd {
+        return gen_docs(dir);
+    }
     if let Some(Cmd::CheckConfig { file }) = &cli.cmd {
         return match Config::load(file) {
             Ok(cfg) => {
@@ -191,6 +197,23 @@ fn main() -> ExitCode {
         Err(e) => {
             error!("{e}");
             eprintln!("nvmf-target: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gen-docs DIR`: man pages and completions from this command line's definition.
+fn gen_docs(dir: &Path) -> ExitCode {
+    use clap::CommandFactory;
+    match nvmf_common::cli_docs::write(Cli::command(), dir) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nvmf-target: gen-docs {}: {e}", dir.display());
             ExitCode::FAILURE
         }
     }

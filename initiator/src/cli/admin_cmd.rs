@@ -126,27 +126,40 @@ fn with_admin<T>(
     conn: &ConnArgs,
     f: impl FnOnce(&Controller) -> Result<T, Error>,
 ) -> Result<T, CliError> {
+    with_admin_dev(conn, |c, _| f(c))
+}
+
+/// Connects (admin queue only) and runs `f` with the controller and the name nvme-cli's
+/// headers give the device (`nvme0` there): the subsystem NQN here.
+pub(super) fn with_admin_dev<T>(
+    conn: &ConnArgs,
+    f: impl FnOnce(&Controller, &str) -> Result<T, Error>,
+) -> Result<T, CliError> {
     let s = open(conn)?;
+    let dev = conn
+        .nqn
+        .clone()
+        .or_else(|| s.default_nqn.as_ref().map(|n| n.to_string()))
+        .unwrap_or_else(|| "-".into());
     let o = connect_options(conn, &s, 0, 0)?;
     let ctrl = Controller::connect(s.fabric.clone(), o)?;
-    let r = f(&ctrl);
+    let r = f(&ctrl, &dev);
     ctrl.shutdown()?;
     Ok(r?)
 }
 
 pub(super) fn get_log(a: &GetLogArgs) -> CliResult {
-    let page = with_admin(&a.conn, |c| {
-        c.get_log_page(a.log_id, Nsid(a.nsid), a.log_len, a.lpo)
+    let (page, dev) = with_admin_dev(&a.conn, |c, dev| {
+        let page = c.get_log_page(a.log_id, Nsid(a.nsid), a.log_len, a.lpo)?;
+        Ok((page, dev.to_owned()))
     })?;
     if a.raw_binary {
         std::io::stdout().write_all(&page)?;
         return Ok(());
     }
     println!(
-        "Device:{} log_id:{:#04x} namespace_id:{:#010x}",
-        a.conn.nqn.as_deref().unwrap_or("-"),
-        a.log_id,
-        a.nsid
+        "Device:{dev} log_id:{:#04x} namespace_id:{:#010x}",
+        a.log_id, a.nsid
     );
     print!("{}", hexdump(&page, a.lpo));
     Ok(())

@@ -181,9 +181,23 @@ pub struct WriteArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    nvmf-initiator perf -t tcp -a 192.168.1.10 -n nqn.2024-01.io.example:disk1 \\\n      \
+    --rw randread --bs 4k --iodepth 32 --numjobs 4 --runtime 30\n  \
+    nvmf-initiator perf -t tcp -a 192.168.1.10 -n nqn.2024-01.io.example:disk1 \\\n      \
+    --rw randwrite --size 1G --verify=crc32c\n  \
+    # an fio job file ([global] and job sections, run one after another); the\n  \
+    # command line overrides it\n  \
+    nvmf-initiator perf -t tcp -a 192.168.1.10 -n nqn.2024-01.io.example:disk1 \\\n      \
+    --job-file mixed.fio --runtime 5")]
 pub struct PerfArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
+    /// An fio job file: rw, rwmixread, bs/blocksize, iodepth, numjobs, runtime,
+    /// time_based, size, ramp_time, verify, randseed and nsid; other options are
+    /// refused with their line. Options given on the command line override it.
+    #[arg(long = "job-file", value_name = "FILE")]
+    pub job_file: Option<PathBuf>,
     /// read, write, randread, randwrite or randrw.
     #[arg(long, default_value = "randread", value_parser = parse_rw)]
     pub rw: Rw,

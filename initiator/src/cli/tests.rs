@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 use nvmf_common::types::Nsid;
 use nvmf_initiator::controller::NamespaceInfo;
@@ -525,4 +525,58 @@ fn perf_verify_takes_fio_checksum_names() {
     );
     let err = parse(&["--verify=xxhash"]).unwrap_err();
     assert!(err.contains("crc32c"), "{err}");
+}
+
+#[test]
+fn job_file_is_overridden_by_typed_options_only() {
+    use super::perf_cmd::{explicit_settings, perf_options};
+    use nvmf_initiator::perf::jobfile::JobSettings;
+    use nvmf_initiator::perf::BsSpec;
+    let argv = [
+        "nvmf-initiator",
+        "perf",
+        "-t",
+        "loopback",
+        "--job-file",
+        "j.fio",
+        "--bs",
+        "8k",
+        "--runtime",
+        "3",
+    ];
+    let m = Cli::command().try_get_matches_from(argv).unwrap();
+    let Command::Perf(p) = Cli::from_arg_matches(&m).unwrap().command else {
+        panic!("not perf")
+    };
+    assert_eq!(p.job_file.as_deref(), Some(std::path::Path::new("j.fio")));
+    let typed = explicit_settings(&p, m.subcommand_matches("perf"));
+    assert_eq!(
+        typed,
+        JobSettings {
+            bs: Some(BsSpec::fixed(8192)),
+            runtime: Some(Duration::from_secs(3)),
+            ..JobSettings::default()
+        },
+        "defaults (rw, iodepth, ...) do not override the file"
+    );
+    let file = JobSettings {
+        rw: Some(Rw::Write),
+        bs: Some(BsSpec::fixed(4096)),
+        iodepth: Some(4),
+        size: Some(1 << 20),
+        ..JobSettings::default()
+    };
+    let o = perf_options(&typed.or(&file), false);
+    assert_eq!((o.rw, o.bs, o.iodepth), (Rw::Write, BsSpec::fixed(8192), 4));
+    assert_eq!(o.runtime, Some(Duration::from_secs(3)));
+    // size alone is one pass; with time_based the default runtime.
+    assert_eq!(perf_options(&file, false).runtime, None);
+    let tb = JobSettings {
+        time_based: Some(true),
+        ..file.clone()
+    };
+    assert_eq!(
+        perf_options(&tb, false).runtime,
+        nvmf_initiator::perf::PerfOptions::default().runtime
+    );
 }

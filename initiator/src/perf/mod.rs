@@ -12,6 +12,7 @@
 //! reconnected controller.
 
 pub mod job;
+pub mod jobfile;
 pub mod parse;
 pub mod report;
 pub mod rng;

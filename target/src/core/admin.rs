@@ -9,7 +9,10 @@ use nvmf_common::types::Nsid;
 use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_encode, opcode, sel};
 use nvmf_common::wire::ana;
 use nvmf_common::wire::identify::IDENTIFY_LEN;
-use nvmf_common::wire::log::{lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, SmartLog};
+use nvmf_common::wire::log::{
+    fw_afi, lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
+    CMD_EFFECTS_LOG_LEN, ERROR_INFO_ENTRY_LEN, FW_SLOT_LOG_LEN, SMART_LOG_LEN,
+};
 use nvmf_common::wire::sqe::{self, Sqe};
 use nvmf_common::wire::status::{cmd_specific, generic, Status};
 
@@ -21,14 +24,8 @@ use crate::target::Target;
 const HOST_ID_LEN: u32 = 16;
 /// Size of the 64-bit host identifier.
 const HOST_ID_LEN_64: u32 = 8;
-/// Error Information log entry size.
-const ERROR_ENTRY_LEN: usize = 64;
-/// SMART / Health and Firmware Slot log sizes.
-const SMART_LOG_LEN: usize = 512;
-const FW_SLOT_LOG_LEN: usize = 512;
-/// Changed Namespace List: 1024 NSIDs.
-const CHANGED_NS_LOG_LEN: usize = 4096;
-const CMD_EFFECTS_LOG_LEN: usize = 4096;
+/// The one firmware slot: active now and after the next reset.
+const FW_SLOT: u8 = 1;
 /// Abort completion dword 0 bit 0: the command was not aborted.
 const ABORT_NOT_ABORTED: u32 = 1;
 /// Get Features "supported capabilities" dword 0 bit 2: changeable.
@@ -220,7 +217,7 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
         lid::FW_SLOT => fw_slot_log(),
         lid::CHANGED_NS => {
             let list = ctrl.take_changed_ns(rae);
-            let mut page = vec![0u8; CHANGED_NS_LOG_LEN];
+            let mut page = vec![0u8; CHANGED_NS_LIST_LEN];
             nvmf_common::wire::identify::write_active_ns_list(&mut page, list.into_iter());
             page
         }
@@ -269,19 +266,22 @@ fn ana_log(ctrl: &Controller, rgo: bool) -> Vec<u8> {
 }
 
 fn error_log(ctrl: &Controller) -> Vec<u8> {
-    let mut page = vec![0u8; ERROR_ENTRY_LEN * ERROR_LOG_ENTRIES];
-    for (i, rec) in ctrl.errors().iter().enumerate() {
-        let Some(slot) = page.get_mut(i * ERROR_ENTRY_LEN..(i + 1) * ERROR_ENTRY_LEN) else {
-            break;
-        };
+    let mut page = vec![0u8; ERROR_INFO_ENTRY_LEN * ERROR_LOG_ENTRIES];
+    for (rec, slot) in ctrl
+        .errors()
+        .iter()
+        .zip(page.chunks_exact_mut(ERROR_INFO_ENTRY_LEN))
+    {
         let mut e = ErrorInfoEntry::new_unchecked(slot);
         e.set_error_count(rec.error_count);
         e.set_sqid(rec.sqid);
         e.set_cmdid(rec.cid);
-        e.set_status_field(rec.status.to_field());
-        e.set_param_error_location(rec.status.location.map(|l| l.to_field()).unwrap_or(0xFFFF));
+        // Status in bits 15:1 above a zero phase tag, as nvmet writes it; with the
+        // parameter error location.
+        e.set_status(rec.status, false);
         e.set_nsid(rec.nsid);
         e.set_lba(rec.lba);
+        e.set_opcode(rec.opcode);
     }
     page
 }
@@ -299,8 +299,8 @@ fn smart_log() -> Vec<u8> {
 fn fw_slot_log() -> Vec<u8> {
     let mut page = vec![0u8; FW_SLOT_LOG_LEN];
     let mut f = FwSlotLog::new_unchecked(&mut page[..]);
-    f.set_afi(1);
-    f.set_frs(0, identify::firmware_revision());
+    f.set_afi(fw_afi(FW_SLOT, 0));
+    f.set_frs(usize::from(FW_SLOT), identify::firmware_revision());
     page
 }
 

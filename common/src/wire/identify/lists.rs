@@ -111,6 +111,15 @@ pub fn write_ns_id_descriptors(out: &mut [u8], descs: &[NsIdDescriptor]) -> usiz
 /// descriptor that runs past the end. Unknown types and known types with a wrong
 /// length are skipped. Never panics.
 pub fn parse_ns_id_descriptors(data: &[u8]) -> Vec<NsIdDescriptor> {
+    parse_ns_id_descriptors_at(data)
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect()
+}
+
+/// [`parse_ns_id_descriptors`] with each descriptor's byte offset in `data` (where
+/// its header starts; nvme-cli's `loc`).
+pub fn parse_ns_id_descriptors_at(data: &[u8]) -> Vec<(usize, NsIdDescriptor)> {
     let mut v = Vec::new();
     let mut o = 0usize;
     while let Some(h) = data.get(o..o + NS_ID_DESC_HEADER_LEN) {
@@ -129,7 +138,7 @@ pub fn parse_ns_id_descriptors(data: &[u8]) -> Vec<NsIdDescriptor> {
             (nidt::CSI, 1) => val.first().copied().map(NsIdDescriptor::Csi),
             _ => None,
         };
-        v.extend(d);
+        v.extend(d.map(|d| (o, d)));
         o = start + l;
     }
     v

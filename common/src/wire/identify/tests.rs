@@ -304,6 +304,11 @@ fn ns_id_descriptor_parser_is_robust() {
         parse_ns_id_descriptors(&b[..30]),
         vec![NsIdDescriptor::Csi(2)]
     );
+    // The offset is where the kept descriptor's header starts, past the skipped ones.
+    assert_eq!(
+        parse_ns_id_descriptors_at(&b[..30]),
+        vec![(14, NsIdDescriptor::Csi(2))]
+    );
     assert_eq!(parse_ns_id_descriptors(&[]), vec![]);
     assert_eq!(parse_ns_id_descriptors(&[1, 0xFF, 0]), vec![]);
     for len in 0..b.len() {
