@@ -23,6 +23,8 @@
 //! keys inserted by today's Linux tools were derived with. Newer libnvme keeps the
 //! latter as its "compat" mode.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::str::FromStr;
 
