@@ -1,7 +1,8 @@
-//! The hosts' DH-HMAC-CHAP policies, by host NQN, as the running configuration gives
-//! them ([`HostAuthDb`]); replaced whole by a reload or `ctl`, read when a controller
-//! is created and when a host (re-)authenticates its admin queue, so a changed key
-//! applies from the next authentication.
+//! The hosts' DH-HMAC-CHAP policies and TLS pre-shared keys, by host NQN, as the
+//! running configuration gives them ([`HostAuthDb`]); replaced whole by a reload or
+//! `ctl`. Policies are read when a controller is created and when a host
+//! (re-)authenticates its admin queue, TLS keys at every TLS handshake, so a changed
+//! key applies from the next authentication or connection.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use parking_lot::RwLock;
 
 use nvmf_common::auth::AuthPolicy;
 use nvmf_common::config::HostConfig;
+use nvmf_common::tls::ConfiguredPsk;
 use nvmf_common::types::Nqn;
 
 use crate::subsystem::Subsystem;
@@ -18,25 +20,30 @@ use crate::subsystem::Subsystem;
 #[derive(Default)]
 pub struct HostAuthDb {
     map: RwLock<HashMap<Nqn, Arc<AuthPolicy>>>,
+    tls: RwLock<HashMap<String, ConfiguredPsk>>,
 }
 
-/// A built set of policies, ready to swap in.
-pub struct HostPolicies(HashMap<Nqn, Arc<AuthPolicy>>);
+/// A built set of policies and keys, ready to swap in.
+pub struct HostPolicies(
+    HashMap<Nqn, Arc<AuthPolicy>>,
+    HashMap<String, ConfiguredPsk>,
+);
 
 impl HostPolicies {
     /// Reads every host's keys (and key files). Errors name the host and field.
     pub fn build(hosts: &[HostConfig]) -> Result<HostPolicies, String> {
         let mut map = HashMap::new();
+        let mut tls = HashMap::new();
         for h in hosts {
-            match h.policy() {
-                Ok(Some(p)) => {
-                    map.insert(h.nqn.clone(), Arc::new(p));
-                }
-                Ok(None) => {}
-                Err((field, msg)) => return Err(format!("host {}: {field}: {msg}", h.nqn)),
+            let refuse = |(field, msg): (&str, String)| format!("host {}: {field}: {msg}", h.nqn);
+            if let Some(p) = h.policy().map_err(refuse)? {
+                map.insert(h.nqn.clone(), Arc::new(p));
+            }
+            if let Some(k) = h.tls_psk().map_err(refuse)? {
+                tls.insert(h.nqn.as_str().to_owned(), k);
             }
         }
-        Ok(HostPolicies(map))
+        Ok(HostPolicies(map, tls))
     }
 }
 
@@ -51,7 +58,14 @@ impl HostAuthDb {
                 .collect();
         changed.extend(g.keys().filter(|n| !p.0.contains_key(*n)).cloned());
         *g = p.0;
+        // Connections already protected keep their keys, as with the Linux target.
+        *self.tls.write() = p.1;
         changed
+    }
+
+    /// The configured TLS PSK of `host`, if it has one.
+    pub fn tls_psk(&self, host: &str) -> Option<ConfiguredPsk> {
+        self.tls.read().get(host).cloned()
     }
 
     /// The policy `host` must satisfy to reach `subsys`: None when no authentication is

@@ -72,6 +72,8 @@ pub struct PortInfo {
     pub referrals: Vec<ReferralInfo>,
     /// ANA states of the port's groups (shared by every description of the port).
     pub ana: crate::ana::AnaRef,
+    /// TLS on an NVMe/TCP port (`tsas`, `treq`).
+    pub tls: nvmf_common::config::PortTls,
 }
 
 impl PortInfo {

@@ -388,5 +388,6 @@ pub fn port_info(p: &PortConfig, ana: crate::ana::AnaRef) -> PortInfo {
             })
             .collect(),
         ana,
+        tls: p.tls(),
     }
 }

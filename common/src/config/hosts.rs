@@ -1,4 +1,5 @@
-//! Hosts and their in-band authentication (configfs `hosts/NQN/dhchap_*`):
+//! Hosts, their in-band authentication (configfs `hosts/NQN/dhchap_*`) and their
+//! TLS pre-shared keys (`tls_key`, see [`super::tls`]):
 //!
 //! ```yaml
 //! hosts:
@@ -7,6 +8,7 @@
 //!     dhchap_ctrl_key_file: /etc/nvmf/ctrl.key  # optional: bidirectional
 //!     dhchap_hash: [hmac(sha384), hmac(sha512)]  # allowed; default all three
 //!     dhchap_dhgroup: ffdhe3072                 # one or a list; default all six
+//!     tls_key: "NVMeTLSkey-1:01:...:"          # or tls_key_file: /etc/nvmf/host1.psk
 //! ```
 //!
 //! A host with a key must authenticate (DH-HMAC-CHAP) to every subsystem that lists it
@@ -24,6 +26,7 @@ use zeroize::Zeroizing;
 
 use super::serde_util;
 use crate::auth::{AuthPolicy, DhGroup, DhchapSecret, HashId};
+use crate::tls::ConfiguredPsk;
 use crate::types::Nqn;
 
 /// File mode bits that must be clear on a key file (group and others).
@@ -53,6 +56,12 @@ pub struct HostConfig {
     /// Allowed DH groups (`null`, `ffdhe2048`, ...): one name or a list; empty: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "one_or_many")]
     pub dhchap_dhgroup: Vec<String>,
+    /// The host's configured TLS PSK (`NVMeTLSkey-1:01:...:`), inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<KeyText>,
+    /// The host's configured TLS PSK, from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
 }
 
 /// Secret text from the configuration: zeroed on drop, compared in constant time,
@@ -92,6 +101,8 @@ impl HostConfig {
             dhchap_ctrl_key_file: None,
             dhchap_hash: Vec::new(),
             dhchap_dhgroup: Vec::new(),
+            tls_key: None,
+            tls_key_file: None,
         }
     }
 
@@ -130,6 +141,25 @@ impl HostConfig {
             )),
             None => Ok(None),
         }
+    }
+}
+
+impl HostConfig {
+    /// Reads the host's TLS PSK (inline or from its file); None when it has none.
+    /// Errors name the field and never contain the key.
+    pub fn tls_psk(&self) -> Result<Option<ConfiguredPsk>, (&'static str, String)> {
+        const FIELD: &str = "tls_key";
+        let text = match (&self.tls_key, &self.tls_key_file) {
+            (Some(_), Some(_)) => {
+                return Err((FIELD, "give tls_key or tls_key_file, not both".into()));
+            }
+            (Some(k), None) => Zeroizing::new(k.0.to_string()),
+            (None, Some(p)) => read_key_file(p).map_err(|e| (FIELD, e))?,
+            (None, None) => return Ok(None),
+        };
+        text.parse::<ConfiguredPsk>()
+            .map(Some)
+            .map_err(|e| (FIELD, format!("invalid TLS PSK: {e}")))
     }
 }
 

@@ -30,6 +30,7 @@ mod locate;
 mod serde_util;
 pub mod spec;
 mod tcp;
+mod tls;
 mod validate;
 
 #[cfg(test)]
@@ -51,6 +52,7 @@ pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use tcp::TcpConfig;
+pub use tls::{PortTls, Treq, Tsas};
 
 /// NQN of the subsystem [`Config::single`] creates when none is given.
 pub const DEFAULT_SUBSYSTEM_NQN: &str = "nqn.2024-01.io.nvmf-rs:default";
@@ -255,9 +257,25 @@ pub struct PortConfig {
     /// ANA group states on this port; groups not listed are optimized.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ana_groups: Vec<AnaGroupConfig>,
+    /// Security type (nvmet's `addr_tsas`): `none` or `tls1.3` (tcp ports only).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub tsas: Tsas,
+    /// Secure channel requirement (nvmet's `addr_treq`); default: `required` on a
+    /// TLS port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub treq: Option<Treq>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl PortConfig {
+    /// What the port does with TLS.
+    pub fn tls(&self) -> PortTls {
+        PortTls::of(self.tsas, self.treq)
+    }
+
     /// The address family, explicit or derived.
     pub fn adrfam(&self) -> AdrFam {
         self.adrfam
@@ -713,6 +731,8 @@ impl Config {
                 subsystems: vec![nqn],
                 referrals: Vec::new(),
                 ana_groups: Vec::new(),
+                tsas: Tsas::None,
+                treq: None,
             }],
             subsystems: vec![subsystem],
             hosts: Vec::new(),

@@ -26,6 +26,9 @@ pub struct TcpConfig {
     pub stall_timeout_ms: u64,
     /// Bytes of the data buffer arena of each poll group: 1 MiB to 16 GiB.
     pub arena_bytes: u64,
+    /// A TLS handshake (on a `tsas: tls1.3` port) not finished within this long (ms)
+    /// closes its connection: 100 ms to 10 minutes.
+    pub tls_handshake_timeout_ms: u64,
 }
 
 /// Smallest MAXH2CDATA and C2HData chunk.
@@ -38,10 +41,13 @@ pub const TCP_MAX_R2T_RANGE: (u32, u32) = (1, 256);
 pub const TCP_MIN_STALL_MS: u64 = 1000;
 /// Bounds of `arena_bytes`.
 pub const TCP_ARENA_RANGE: (u64, u64) = (1 << 20, 16 << 30);
+/// Bounds of `tls_handshake_timeout_ms`.
+pub const TCP_TLS_HANDSHAKE_RANGE: (u64, u64) = (100, 600_000);
 
 impl Default for TcpConfig {
     /// Digests allowed, 128 KiB H2CData and C2HData PDUs (SPDK's default I/O unit),
-    /// up to 16 R2Ts per command, 30 s stall timeout, a 64 MiB arena per poll group.
+    /// up to 16 R2Ts per command, 30 s stall timeout, a 64 MiB arena per poll group,
+    /// 10 s for a TLS handshake (the Linux host's `tls_handshake_timeout`).
     fn default() -> Self {
         TcpConfig {
             header_digest: true,
@@ -51,6 +57,7 @@ impl Default for TcpConfig {
             c2h_chunk: 128 * 1024,
             stall_timeout_ms: 30_000,
             arena_bytes: 64 << 20,
+            tls_handshake_timeout_ms: 10_000,
         }
     }
 }

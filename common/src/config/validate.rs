@@ -7,7 +7,7 @@ use super::error::KeyPath;
 use super::locate::locate_nearest;
 use super::{
     AdrFam, Config, ConfigError, ConfigErrorKind, NamespaceConfig, PortConfig, ReferralConfig,
-    SubsystemConfig, TrType, MODEL_MAX_LEN, SERIAL_MAX_LEN,
+    SubsystemConfig, TrType, Treq, Tsas, MODEL_MAX_LEN, SERIAL_MAX_LEN,
 };
 use crate::types::{Cntlid, Nqn, Nsid, DISCOVERY_NQN};
 
@@ -214,7 +214,15 @@ const AUTH_TIMEOUT_MAX_MS: u32 = 600_000;
 fn check_tcp(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
     use super::tcp::{
         TCP_ARENA_RANGE, TCP_MAX_PDU_DATA, TCP_MAX_R2T_RANGE, TCP_MIN_PDU_DATA, TCP_MIN_STALL_MS,
+        TCP_TLS_HANDSHAKE_RANGE,
     };
+    check_range(
+        c,
+        &t.key("tls_handshake_timeout_ms"),
+        config.tcp.tls_handshake_timeout_ms,
+        TCP_TLS_HANDSHAKE_RANGE.0,
+        TCP_TLS_HANDSHAKE_RANGE.1,
+    );
     let tc = &config.tcp;
     let errors_before = c.errors.len();
     let h2c = t.key("maxh2cdata");
@@ -359,6 +367,19 @@ fn check_port(c: &mut Checker<'_>, config: &Config, port: &PortConfig, p: &KeyPa
 
     for (j, r) in port.referrals.iter().enumerate() {
         check_referral(c, r, &p.key("referrals").index(j));
+    }
+
+    if port.tsas != Tsas::None && port.trtype != TrType::Tcp {
+        c.err(
+            &p.key("tsas"),
+            format!("tsas tls1.3 is for tcp ports, not {}", port.trtype),
+        );
+    }
+    if port.tsas == Tsas::None && port.treq == Some(Treq::Required) {
+        c.err(
+            &p.key("treq"),
+            "treq: required needs a secure channel: add tsas: tls1.3".to_string(),
+        );
     }
 }
 
@@ -596,6 +617,9 @@ fn check_hosts(c: &mut Checker<'_>, config: &Config, path: &KeyPath) {
             seen.insert(&h.nqn, i);
         }
         if let Err((field, msg)) = h.policy() {
+            c.err(&p.key(field), msg);
+        }
+        if let Err((field, msg)) = h.tls_psk() {
             c.err(&p.key(field), msg);
         }
     }

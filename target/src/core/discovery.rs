@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use tracing::debug;
 
-use nvmf_common::config::{AdrFam, TrType};
+use nvmf_common::config::{AdrFam, PortTls, TrType};
 use nvmf_common::types::{Nqn, DISCOVERY_NQN};
 use nvmf_common::wire::admin::{self, cns, fid, opcode};
 use nvmf_common::wire::identify::IDENTIFY_LEN;
 use nvmf_common::wire::log::{
-    adrfam, lid, rdma_cms, rdma_prtype, rdma_qptype, subtype, treq, trtype, DiscoveryLogEntry,
-    DiscoveryLogHeader, DISC_LOG_ENTRY_LEN, DISC_LOG_HEADER_LEN,
+    adrfam, lid, rdma_cms, rdma_prtype, rdma_qptype, subtype, tcp_sectype, treq, trtype,
+    DiscoveryLogEntry, DiscoveryLogHeader, DISC_LOG_ENTRY_LEN, DISC_LOG_HEADER_LEN,
 };
 use nvmf_common::wire::sqe;
 use nvmf_common::wire::status::{cmd_specific, generic, Status};
@@ -121,6 +121,7 @@ struct EntrySpec<'a> {
     trsvcid: &'a str,
     nqn: &'a str,
     subtype: u8,
+    tls: PortTls,
 }
 
 fn fill_entry(out: &mut [u8], spec: &EntrySpec<'_>, asqsz: u16) {
@@ -128,8 +129,12 @@ fn fill_entry(out: &mut [u8], spec: &EntrySpec<'_>, asqsz: u16) {
     e.set_trtype(wire_trtype(spec.trtype));
     e.set_adrfam(wire_adrfam(spec.adrfam));
     e.set_subtype(spec.subtype);
-    e.set_treq(match spec.trtype {
-        TrType::Tcp => treq::NOT_REQUIRED,
+    // As nvmet: TCP ports say a secure channel is not required unless they are TLS
+    // ports that require it; a TLS port's TSAS names TLS 1.3 (`nvme discover`
+    // prints it as `sectype: tls1.3`).
+    e.set_treq(match (spec.trtype, spec.tls) {
+        (TrType::Tcp, PortTls::Required) => treq::REQUIRED,
+        (TrType::Tcp, _) => treq::NOT_REQUIRED,
         _ => treq::NOT_SPECIFIED,
     });
     e.set_portid(spec.portid);
@@ -142,6 +147,13 @@ fn fill_entry(out: &mut [u8], spec: &EntrySpec<'_>, asqsz: u16) {
         e.set_rdma_qptype(rdma_qptype::CONNECTED);
         e.set_rdma_prtype(rdma_prtype::NOT_SPECIFIED);
         e.set_rdma_cms(rdma_cms::RDMA_CM);
+    }
+    if spec.trtype == TrType::Tcp {
+        e.set_tcp_sectype(if spec.tls.enabled() {
+            tcp_sectype::TLS13
+        } else {
+            tcp_sectype::NONE
+        });
     }
 }
 
@@ -168,6 +180,7 @@ pub(crate) fn discovery_log(target: &Target, conn_port: &PortInfo, host: &Nqn) -
         trsvcid: &conn_port.trsvcid,
         nqn,
         subtype,
+        tls: live.tls,
     };
     let visible: Vec<Nqn> = live
         .subsystems
@@ -194,6 +207,8 @@ pub(crate) fn discovery_log(target: &Target, conn_port: &PortInfo, host: &Nqn) -
             trsvcid: &r.trsvcid,
             nqn: DISCOVERY_NQN,
             subtype: subtype::REFERRAL,
+            // What a referred port requires is not known here.
+            tls: PortTls::Off,
         });
     }
     let mut log = vec![0u8; DISC_LOG_HEADER_LEN + specs.len() * DISC_LOG_ENTRY_LEN];

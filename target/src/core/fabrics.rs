@@ -146,6 +146,19 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         req.dw0 = connect_invalid_param_dw0(true, connect_data_offset::HOSTNQN);
         return Err(Status::cmd_specific_dnr(cmd_specific::CONNECT_INVALID_HOST));
     }
+    if let Some(tls) = &q.tls {
+        // The PSK authenticated the pair its identity names; a Connect for another
+        // host or subsystem would borrow that authentication.
+        if tls.hostnqn != hostnqn.as_str() {
+            warn!(%subnqn, %hostnqn, identity = %tls.identity, "Connect by another host than the TLS PSK identity names");
+            req.dw0 = connect_invalid_param_dw0(true, connect_data_offset::HOSTNQN);
+            return Err(Status::cmd_specific_dnr(cmd_specific::CONNECT_INVALID_HOST));
+        }
+        if tls.subnqn != subnqn.as_str() {
+            warn!(%subnqn, %hostnqn, identity = %tls.identity, "Connect to another subsystem than the TLS PSK identity names");
+            return Err(invalid_param(true, connect_data_offset::SUBSYSNQN, req));
+        }
+    }
     let params = ex.target.params.clone();
     let cntlid = Cntlid(d.cntlid());
     if Qid(qid).is_admin() {

@@ -203,6 +203,9 @@ pub struct QueueCtx {
     pub auth: Option<Box<nvmf_common::auth::ControllerAuth>>,
     /// When the authentication transaction under way expires.
     pub auth_deadline: Option<Instant>,
+    /// The host and subsystem the connection's TLS PSK identity named (NVMe/TCP on a
+    /// TLS port): its Connect must name the same.
+    pub tls: Option<Arc<nvmf_common::tls::TlsPeer>>,
 }
 
 impl QueueCtx {
@@ -220,6 +223,7 @@ impl QueueCtx {
             held_aers: Vec::new(),
             auth: None,
             auth_deadline: None,
+            tls: None,
         }
     }
 

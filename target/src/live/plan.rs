@@ -125,6 +125,8 @@ fn same_listener(a: &PortConfig, b: &PortConfig) -> bool {
         && a.traddr == b.traddr
         && a.trsvcid == b.trsvcid
         && a.adrfam() == b.adrfam()
+        // The listener decides at accept whether a connection starts with TLS.
+        && a.tls() == b.tls()
 }
 
 fn same_but_ana(a: &PortConfig, b: &PortConfig) -> bool {
@@ -161,10 +163,19 @@ fn plan_ports(
             Some(n) if !same_listener(o, n) => {
                 check(o)?;
                 check(n)?;
-                p.changes.push(format!(
-                    "port {} moved from {}:{} to {}:{}",
-                    o.portid, o.traddr, o.trsvcid, n.traddr, n.trsvcid
-                ));
+                p.changes.push(if o.tls() != n.tls() {
+                    format!(
+                        "port {}: TLS now {:?} (was {:?}); listening again",
+                        o.portid,
+                        n.tls(),
+                        o.tls()
+                    )
+                } else {
+                    format!(
+                        "port {} moved from {}:{} to {}:{}",
+                        o.portid, o.traddr, o.trsvcid, n.traddr, n.trsvcid
+                    )
+                });
                 p.steps.push(Step::RemovePort(o.portid));
                 p.steps.push(Step::AddPort(n.clone()));
             }

@@ -9,11 +9,12 @@
 //! command completes with Transient Transport Error once its windows drain, and never
 //! executes.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 
 use nix::sys::epoll::EpollFlags;
 use tracing::{debug, warn};
 
+use nvmf_common::tls::Socket;
 use nvmf_common::transport::tcp::{Connection, Event, FramerError, Negotiated, Pdu, PduWriter};
 use nvmf_common::wire::sqe::SQE_LEN;
 use nvmf_common::wire::status::{generic, Status};
@@ -51,7 +52,7 @@ impl TcpSlot {
 
 /// The transport part of a queue: one connection.
 pub struct Conn {
-    pub(super) sock: Option<TcpStream>,
+    pub(super) sock: Option<Socket>,
     pub(super) peer: SocketAddr,
     /// The connection's protocol state; taken out while it reads.
     pub(super) conn: Option<Connection>,

@@ -29,6 +29,7 @@
 
 mod conn;
 pub mod poll_group;
+mod secure;
 pub mod tx;
 
 use std::io;
@@ -75,6 +76,8 @@ pub struct TcpOptions {
     pub stall_timeout: Duration,
     /// Bytes of the data buffer arena of each poll group.
     pub arena_bytes: usize,
+    /// How long a TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for TcpOptions {
@@ -97,6 +100,7 @@ impl From<&TcpConfig> for TcpOptions {
             stall_timeout: Duration::from_millis(c.stall_timeout_ms),
             // Validated to at most 16 GiB; a 32-bit host saturates rather than wraps.
             arena_bytes: usize::try_from(c.arena_bytes).unwrap_or(usize::MAX),
+            tls_handshake_timeout: Duration::from_millis(c.tls_handshake_timeout_ms),
         }
     }
 }
@@ -202,6 +206,8 @@ impl TcpServer {
         })
         .map_err(|e| start_error(e.to_string()))?;
         let handles = groups.handles().to_vec();
+        let secure =
+            secure::Secure::new(target.clone(), opts.tls_handshake_timeout, handles.clone());
         let listener_stop = Arc::new(AtomicBool::new(false));
         let stop = listener_stop.clone();
         let wake = listener_wake.clone();
@@ -216,6 +222,7 @@ impl TcpServer {
                         ctl: ctl_rx,
                     },
                     handles,
+                    secure,
                     stop,
                 )
             })
@@ -392,6 +399,7 @@ fn listen_loop(
     wake: Arc<EventFd>,
     mut listeners: Listeners,
     groups: Vec<GroupHandle>,
+    secure: secure::Secure,
     stop: Arc<AtomicBool>,
 ) {
     let mut events = [EpollEvent::empty(); 16];
@@ -425,12 +433,23 @@ fn listen_loop(
                             warn!(%peer, "NVMe/TCP: cannot set up the socket: {e}");
                             continue;
                         }
+                        let port_seen = connection_port(port, &stream);
+                        if port.tls.enabled() {
+                            debug!(%peer, port = port.portid, "NVMe/TCP connection accepted on a TLS port");
+                            secure.admit(stream, peer, port_seen);
+                            continue;
+                        }
                         let Some(g) = pick_group(&groups, &mut rr) else {
                             return;
                         };
                         debug!(%peer, port = port.portid, group = g.index, "NVMe/TCP connection accepted");
-                        let port = connection_port(port, &stream);
-                        if !g.add(poll_group::NewConn { stream, peer, port }) {
+                        let nc = poll_group::NewConn {
+                            stream: stream.into(),
+                            peer,
+                            port: port_seen,
+                            tls: None,
+                        };
+                        if !g.add(nc) {
                             warn!(%peer, "NVMe/TCP: poll group is gone; dropping the connection");
                         }
                     }

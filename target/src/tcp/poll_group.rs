@@ -13,7 +13,7 @@
 //! request), closes its socket (drained for [`CLOSE_LINGER`] when the host should read
 //! what we sent) and is torn down by the runtime.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{debug, info, warn};
 
+use nvmf_common::tls::{Socket, TlsPeer};
 use nvmf_common::transport::tcp::{Connection, ControllerConfig};
 
 use super::conn::{Conn, TcpSlot};
@@ -41,6 +42,9 @@ pub use crate::runtime::GroupCounters;
 const RX_BUF: usize = 256 * 1024;
 /// Reads per connection per pass when the socket keeps filling the buffer.
 const READS_PER_CONN: usize = 4;
+/// Reads per TLS connection per pass: each returns one record (16 KiB at most), so
+/// a short read does not mean the socket is drained.
+const TLS_READS_PER_CONN: usize = 32;
 /// How long a closed connection's socket is kept to drain what the host still sends
 /// (so the kernel does not answer a termination request with a reset).
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
@@ -57,9 +61,11 @@ const ADMIN_READ_EVERY: u32 = 16;
 
 /// A connection accepted by the listener.
 pub struct NewConn {
-    pub stream: TcpStream,
+    pub stream: Socket,
     pub peer: SocketAddr,
     pub port: Arc<PortInfo>,
+    /// The PSK identity of a TLS connection.
+    pub tls: Option<Arc<TlsPeer>>,
 }
 
 /// What the listener needs to hand connections to a group.
@@ -153,7 +159,9 @@ impl Transport for TcpTransport {
             interest: EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
         };
         // Before Connect: one slot; the queue id and size come from the Connect.
-        let Some(ci) = rt.add_queue(QueueCtx::unbound(nc.port), 1, conn) else {
+        let mut ctx = QueueCtx::unbound(nc.port);
+        ctx.tls = nc.tls;
+        let Some(ci) = rt.add_queue(ctx, 1, conn) else {
             warn!(%peer, "NVMe/TCP: too many connections in poll group {}", self.index);
             return;
         };
@@ -287,10 +295,10 @@ impl Transport for TcpTransport {
         let Some(q) = rt.queue_mut(ci) else { return };
         let c = &mut q.t;
         let mut freed = Vec::new();
-        if let Some(sock) = c.sock.as_ref() {
+        if let Some(sock) = c.sock.as_mut() {
             while c.tx.pending() {
                 let iov = c.tx.iovecs();
-                let r = (&*sock).write_vectored(&iov);
+                let r = sock.write_vectored(&iov);
                 drop(iov);
                 match r {
                     Ok(0) => break,
@@ -306,11 +314,12 @@ impl Transport for TcpTransport {
         info!(peer = %c.peer, %qid, "NVMe/TCP connection closed: {why}");
         let sock = c.sock.take();
         self.live = self.live.saturating_sub(1);
-        if let Some(sock) = sock {
+        if let Some(mut sock) = sock {
             let _ = rt.epoll().delete(sock.as_fd());
             let _ = sock.shutdown(Shutdown::Write);
-            if linger {
-                self.closing.push((sock, Instant::now()));
+            // What arrives after the close is discarded undecrypted.
+            if let (true, Ok(raw)) = (linger, sock.tcp().try_clone()) {
+                self.closing.push((raw, Instant::now()));
             }
         }
         for b in freed {
@@ -383,13 +392,25 @@ impl TcpTransport {
         let mut rx = std::mem::take(&mut self.rxbuf);
         let mut got = 0;
         let now = rt.ex.now;
-        for _ in 0..READS_PER_CONN {
+        let mut reads = 0;
+        loop {
             let Some(q) = rt.queue_mut(ci) else { break };
             if q.dead {
                 break;
             }
-            let Some(sock) = q.t.sock.as_ref() else { break };
-            let r = (&*sock).read(&mut rx);
+            let Some(sock) = q.t.sock.as_mut() else { break };
+            let tls = sock.is_tls();
+            let limit = if tls {
+                TLS_READS_PER_CONN
+            } else {
+                READS_PER_CONN
+            };
+            // Decrypted bytes waiting in the TLS layer wake no epoll: take them now.
+            if reads >= limit && !sock.buffered() {
+                break;
+            }
+            reads += 1;
+            let r = sock.read(&mut rx);
             bump(&rt.stats.socket_reads, 1);
             match r {
                 Ok(0) => {
@@ -403,7 +424,7 @@ impl TcpTransport {
                     }
                     got = 1;
                     self.on_bytes(rt, ci, rx.get(..n).unwrap_or(&[]));
-                    if n < rx.len() {
+                    if n < rx.len() && !tls {
                         break;
                     }
                 }
@@ -430,7 +451,7 @@ impl TcpTransport {
             return true;
         }
         let c = &mut q.t;
-        let Some(sock) = c.sock.as_ref() else {
+        let Some(sock) = c.sock.as_mut() else {
             return true;
         };
         let mut failed = None;
@@ -438,7 +459,7 @@ impl TcpTransport {
         let mut writes = 0;
         while c.tx.pending() {
             let iov = c.tx.iovecs();
-            let r = (&*sock).write_vectored(&iov);
+            let r = sock.write_vectored(&iov);
             drop(iov);
             writes += 1;
             match r {
