@@ -78,6 +78,21 @@ pub struct ConnArgs {
         requires = "dhchap_secret"
     )]
     pub dhchap_ctrl_secret: Option<SecretArg>,
+    /// NVMe/TCP: secure every queue with TLS 1.3 (a pre-shared key from --tls-key or
+    /// --tls-key-file).
+    #[arg(long = "tls")]
+    pub tls: bool,
+    /// NVMe/TCP: the configured TLS PSK in the interchange format
+    /// (`NVMeTLSkey-1:01:...:`, as `nvme gen-tls-key` prints it); implies --tls.
+    #[arg(
+        long = "tls-key",
+        value_name = "NVMeTLSkey-1:..",
+        conflicts_with = "tls_key_file"
+    )]
+    pub tls_key: Option<SecretArg>,
+    /// NVMe/TCP: a file holding the configured TLS PSK (mode 0600); implies --tls.
+    #[arg(long = "tls-key-file", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
     /// Per-command timeout in seconds.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,

@@ -110,7 +110,7 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
     }
     // More paths (-a repeated): a lost connection fails over to the next one.
     let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
-        .with_paths(super::session::more_paths(&a.conn)?);
+        .with_paths(super::session::more_paths(&a.conn, &s.host.hostnqn)?);
     let opts = MapOptions {
         nsid: Nsid(a.nsid),
         export_name: a.export_name.clone(),

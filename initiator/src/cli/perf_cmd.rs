@@ -95,7 +95,7 @@ fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32
     let min_q = u16::try_from(opts.iodepth.saturating_add(1)).unwrap_or(u16::MAX);
     let o = connect_options(&a.conn, s, jobs.max(1), min_q)?;
     let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
-        .with_paths(super::session::more_paths(&a.conn)?);
+        .with_paths(super::session::more_paths(&a.conn, &s.host.hostnqn)?);
     let target = PerfTarget::from_controller(session.controller()?, opts.nsid)?;
     let (shared, mut queues) = SharedSession::new(session)?;
     let requeue = policy.map(|_| &shared as &dyn Requeue);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmf_common::auth::{DhchapSecret, HostKeys};
-use nvmf_common::types::{Nqn, Nsid};
+use nvmf_common::config::read_key_file;
+use nvmf_common::tls::ConfiguredPsk;
+use nvmf_common::types::{Nqn, Nsid, DISCOVERY_NQN};
 use nvmf_common::verbs::Device;
 
 use nvmf_initiator::controller::{ConnectOptions, Controller};
@@ -15,7 +17,7 @@ use nvmf_initiator::hostnqn::{HostIdentity, IdentitySource};
 use nvmf_initiator::loopback::{start_loopback, LoopbackTarget};
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::transport::rdma::RdmaFabric;
-use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
+use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions, TlsKey};
 use nvmf_initiator::transport::Fabric;
 
 use super::{CliError, ConnArgs, TransportKind};
@@ -59,6 +61,11 @@ pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
             "--hdr-digest/--data-digest: not supported on this transport".into(),
         ));
     }
+    if wants_tls(conn) && conn.transport != TransportKind::Tcp {
+        return Err(CliError::Usage(
+            "--tls/--tls-key: TLS is for NVMe/TCP (-t tcp)".into(),
+        ));
+    }
     if conn.timeout == 0 {
         return Err(CliError::Usage(
             "--timeout must be at least 1 second".into(),
@@ -86,7 +93,7 @@ pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
             })
         }
         TransportKind::Tcp => Ok(Session {
-            fabric: Arc::new(tcp_fabric(conn)?),
+            fabric: Arc::new(tcp_fabric(conn, &host.hostnqn)?),
             default_nqn: None,
             host,
             timeout,
@@ -124,13 +131,51 @@ fn trsvcid(conn: &ConnArgs, i: usize) -> &str {
         .map_or("4420", String::as_str)
 }
 
-/// The NVMe/TCP fabric for `-t tcp -a ADDR -s PORT [--hdr-digest] [--data-digest]`.
-pub(super) fn tcp_fabric(conn: &ConnArgs) -> Result<TcpFabric, CliError> {
-    tcp_path(conn, 0)
+fn wants_tls(conn: &ConnArgs) -> bool {
+    conn.tls || conn.tls_key.is_some() || conn.tls_key_file.is_some()
+}
+
+/// TLS for `hostnqn` from `--tls`, `--tls-key`, `--tls-key-file`; the identity names
+/// the subsystem of `-n` (the discovery subsystem without one, as `nvme discover`).
+fn tls_key(conn: &ConnArgs, hostnqn: &Nqn) -> Result<Option<Arc<TlsKey>>, CliError> {
+    if !wants_tls(conn) {
+        return Ok(None);
+    }
+    let text = match (&conn.tls_key, &conn.tls_key_file) {
+        (Some(k), _) => k.0.clone(),
+        (None, Some(p)) => {
+            read_key_file(p).map_err(|e| CliError::Usage(format!("--tls-key-file: {e}")))?
+        }
+        (None, None) => {
+            return Err(CliError::Usage(
+                "--tls needs the key: --tls-key NVMeTLSkey-1:.. or --tls-key-file FILE \
+                 (this host does not read the kernel keyring)"
+                    .into(),
+            ))
+        }
+    };
+    let psk: ConfiguredPsk = text
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--tls-key: {e}")))?;
+    let subnqn = conn
+        .nqn
+        .clone()
+        .unwrap_or_else(|| DISCOVERY_NQN.to_string());
+    Ok(Some(Arc::new(TlsKey {
+        psk,
+        hostnqn: hostnqn.as_str().to_owned(),
+        subnqn,
+    })))
+}
+
+/// The NVMe/TCP fabric for `-t tcp -a ADDR -s PORT [--hdr-digest] [--data-digest]
+/// [--tls ...]`, for `hostnqn`.
+pub(super) fn tcp_fabric(conn: &ConnArgs, hostnqn: &Nqn) -> Result<TcpFabric, CliError> {
+    tcp_path(conn, 0, hostnqn)
 }
 
 /// The other paths given by repeating -a (and -s): NVMe/TCP only.
-pub(super) fn more_paths(conn: &ConnArgs) -> Result<Vec<Arc<dyn Fabric>>, CliError> {
+pub(super) fn more_paths(conn: &ConnArgs, hostnqn: &Nqn) -> Result<Vec<Arc<dyn Fabric>>, CliError> {
     (1..conn.traddr.len())
         .map(|i| {
             if conn.transport != TransportKind::Tcp {
@@ -138,13 +183,13 @@ pub(super) fn more_paths(conn: &ConnArgs) -> Result<Vec<Arc<dyn Fabric>>, CliErr
                     "several paths (-a repeated) need -t tcp for now".into(),
                 ));
             }
-            tcp_path(conn, i).map(|f| Arc::new(f) as Arc<dyn Fabric>)
+            tcp_path(conn, i, hostnqn).map(|f| Arc::new(f) as Arc<dyn Fabric>)
         })
         .collect()
 }
 
 /// The NVMe/TCP fabric of path `i` (the i-th -a).
-fn tcp_path(conn: &ConnArgs, i: usize) -> Result<TcpFabric, CliError> {
+fn tcp_path(conn: &ConnArgs, i: usize, hostnqn: &Nqn) -> Result<TcpFabric, CliError> {
     let traddr = conn
         .traddr
         .get(i)
@@ -169,6 +214,7 @@ fn tcp_path(conn: &ConnArgs, i: usize) -> Result<TcpFabric, CliError> {
         TcpOptions {
             hdr_digest: conn.hdr_digest,
             data_digest: conn.data_digest,
+            tls: tls_key(conn, hostnqn)?,
             ..TcpOptions::default()
         },
     ))

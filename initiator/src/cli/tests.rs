@@ -185,7 +185,7 @@ fn tcp_flags_build_a_tcp_fabric() {
         panic!("not discover");
     };
     assert_eq!(d.conn.transport, TransportKind::Tcp);
-    let f = tcp_fabric(&d.conn).unwrap();
+    let f = tcp_fabric(&d.conn, &test_host()).unwrap();
     assert_eq!(f.addr(), "127.0.0.1:8009".parse().unwrap());
     let o = f.options();
     assert!(o.hdr_digest && o.data_digest);
@@ -197,7 +197,7 @@ fn tcp_flags_build_a_tcp_fabric() {
         let Command::List(l) = c.command else {
             panic!("not list");
         };
-        let f = tcp_fabric(&l.conn).unwrap();
+        let f = tcp_fabric(&l.conn, &test_host()).unwrap();
         assert_eq!(f.addr(), "[::1]:4420".parse().unwrap());
         assert_eq!(f.options(), TcpOptions::default());
     }
@@ -220,6 +220,9 @@ fn usage_errors_before_connecting() {
         timeout: 30,
         dhchap_secret: None,
         dhchap_ctrl_secret: None,
+        tls: false,
+        tls_key: None,
+        tls_key_file: None,
         ctrl_loss_tmo: reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
         reconnect_delay: reconnect_args::DEFAULT_RECONNECT_DELAY_SECS,
         config: None,
@@ -252,6 +255,16 @@ fn usage_errors_before_connecting() {
     assert!(
         matches!(open(&c), Err(CliError::Usage(m)) if m.contains("not supported on this transport"))
     );
+    // TLS: NVMe/TCP only, needs a key, and the key must parse.
+    let mut c = conn(TransportKind::Loopback);
+    c.tls = true;
+    assert!(matches!(open(&c), Err(CliError::Usage(m)) if m.contains("TLS is for NVMe/TCP")));
+    let mut c = conn(TransportKind::Tcp);
+    c.traddr = vec!["127.0.0.1".into()];
+    c.tls = true;
+    assert!(matches!(open(&c), Err(CliError::Usage(m)) if m.contains("--tls needs the key")));
+    c.tls_key = Some("NVMeTLSkey-1:01:AAAA:".parse().unwrap());
+    assert!(matches!(open(&c), Err(CliError::Usage(m)) if m.contains("--tls-key")));
 }
 
 #[test]
@@ -579,4 +592,11 @@ fn job_file_is_overridden_by_typed_options_only() {
         perf_options(&tb, false).runtime,
         nvmf_initiator::perf::PerfOptions::default().runtime
     );
+}
+
+fn test_host() -> nvmf_common::types::Nqn {
+    nvmf_common::types::Nqn::new(
+        "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001",
+    )
+    .unwrap()
 }

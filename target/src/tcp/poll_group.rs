@@ -393,8 +393,7 @@ impl TcpTransport {
         let mut got = 0;
         let now = rt.ex.now;
         let mut reads = 0;
-        loop {
-            let Some(q) = rt.queue_mut(ci) else { break };
+        while let Some(q) = rt.queue_mut(ci) {
             if q.dead {
                 break;
             }

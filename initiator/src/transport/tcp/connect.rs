@@ -1,12 +1,13 @@
 //! Connecting one queue: the TCP connection, the ICReq/ICResp exchange with its
 //! deadline, and the errors a failed connect reports.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use nvmf_common::tls::{self, Socket, TlsError};
 use nvmf_common::transport::tcp::{Connection, Event, FramerError, HostConfig, PduWriter, Role};
 use nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ;
 
@@ -21,6 +22,18 @@ fn io_connect_err(addr: SocketAddr, e: std::io::Error) -> TransportError {
             TransportError::Timeout(format!("TCP connect to {addr}"))
         }
         _ => TransportError::Other(format!("TCP connect to {addr}: {e}")),
+    }
+}
+
+/// A failed TLS handshake: refused (wrong key, no key for us there, no TLS), or
+/// timed out.
+fn tls_error(addr: SocketAddr, e: TlsError) -> TransportError {
+    match e {
+        TlsError::Timeout(_) => TransportError::Timeout(format!("TLS handshake with {addr}")),
+        TlsError::Handshake(why) => {
+            TransportError::Rejected(format!("{addr}: TLS handshake failed: {why}"))
+        }
+        other => TransportError::Other(format!("{addr}: {other}")),
     }
 }
 
@@ -55,7 +68,7 @@ impl TcpHostQueue {
         let mut icreq = Vec::with_capacity(128);
         let mut tcp = Connection::host(cfg, p.connect_timeout, Instant::now(), &mut icreq)
             .map_err(|e| TransportError::Invalid(format!("NVMe/TCP: {e}")))?;
-        let mut sock = TcpStream::connect_timeout(&addr, p.connect_timeout)
+        let tcp_sock = TcpStream::connect_timeout(&addr, p.connect_timeout)
             .map_err(|e| io_connect_err(addr, e))?;
         let sockerr = |what: &str, e: std::io::Error| match e.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => TransportError::Timeout(format!(
@@ -67,8 +80,21 @@ impl TcpHostQueue {
             }
             _ => TransportError::Other(format!("{addr}: {what}: {e}")),
         };
-        sock.set_nodelay(true)
+        tcp_sock
+            .set_nodelay(true)
             .map_err(|e| sockerr("TCP_NODELAY", e))?;
+        let mut sock = match &f.opts.tls {
+            None => Socket::Plain(tcp_sock),
+            Some(k) => {
+                let keys = tls::host_keys(&k.psk, &k.hostnqn, &k.subnqn);
+                let t = tls::connect(tcp_sock, keys, remaining(deadline, addr)?)
+                    .map_err(|e| tls_error(addr, e))?;
+                debug!(qid = %p.qid, %addr, cipher = t.cipher_name(), "NVMe/TCP: TLS 1.3 established");
+                t.into()
+            }
+        };
+        sock.set_nonblocking(false)
+            .map_err(|e| sockerr("set blocking", e))?;
 
         sock.set_write_timeout(Some(remaining(deadline, addr)?))
             .map_err(|e| sockerr("set write timeout", e))?;
@@ -80,7 +106,8 @@ impl TcpHostQueue {
         let (mut rx_start, mut rx_end) = (0usize, 0usize);
         let negotiated = loop {
             if rx_start == rx_end {
-                sock.set_read_timeout(Some(remaining(deadline, addr)?))
+                sock.tcp()
+                    .set_read_timeout(Some(remaining(deadline, addr)?))
                     .map_err(|e| sockerr("set read timeout", e))?;
                 let n = match sock.read(&mut rx) {
                     Ok(0) => {
@@ -109,7 +136,8 @@ impl TcpHostQueue {
                 Some(Err(r)) => return Err(r.into_error(&mut sock, addr)),
             }
         };
-        sock.set_read_timeout(None)
+        sock.tcp()
+            .set_read_timeout(None)
             .and_then(|()| sock.set_write_timeout(None))
             .and_then(|()| sock.set_nonblocking(true))
             .map_err(|e| sockerr("set non-blocking", e))?;
@@ -162,7 +190,7 @@ enum Refusal {
 
 impl Refusal {
     /// Sends the termination request (if any), closes, and says why.
-    fn into_error(self, sock: &mut TcpStream, addr: SocketAddr) -> TransportError {
+    fn into_error(self, sock: &mut Socket, addr: SocketAddr) -> TransportError {
         let why = match self {
             Refusal::Terminated(fes, fei) => describe_term(fes, fei),
             Refusal::Invalid(e, term) => {

@@ -33,12 +33,15 @@
 //!
 //! [`NVME_TCP_ADMIN_CCSZ`]: nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ
 
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 
+use std::sync::Arc;
+
+use nvmf_common::tls::{ConfiguredPsk, Socket};
 use nvmf_common::transport::tcp::negotiate::MAX_PDU_DATA;
 use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter};
 use nvmf_common::types::Qid;
@@ -78,8 +81,26 @@ const TERM_SEND_TIMEOUT: Duration = Duration::from_millis(100);
 /// `NVME_SC_DATA_XFER_ERROR`).
 pub const DATA_DIGEST_STATUS: Status = Status::generic_dnr(generic::DATA_TRANSFER_ERROR);
 
-/// NVMe/TCP connection options (nvme-cli `--hdr-digest`, `--data-digest`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// TLS for every queue of a fabric (nvme-cli `--tls --tls-key`): the host's
+/// configured PSK and the pair its identity names.
+#[derive(Debug, Clone)]
+pub struct TlsKey {
+    pub psk: ConfiguredPsk,
+    pub hostnqn: String,
+    pub subnqn: String,
+}
+
+impl PartialEq for TlsKey {
+    /// Keys are not compared (and never printed): equal names are the same intent.
+    fn eq(&self, o: &TlsKey) -> bool {
+        self.hostnqn == o.hostnqn && self.subnqn == o.subnqn
+    }
+}
+
+impl Eq for TlsKey {}
+
+/// NVMe/TCP connection options (nvme-cli `--hdr-digest`, `--data-digest`, `--tls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpOptions {
     /// Ask for header digests (CRC32C) on every queue.
     pub hdr_digest: bool,
@@ -90,6 +111,8 @@ pub struct TcpOptions {
     /// buffers one whole PDU per queue; the buffer is zero-allocated, so pages are only
     /// committed when a PDU that large arrives. At most 16 MiB.
     pub max_c2h_data: u32,
+    /// TLS 1.3 with a pre-shared key before the ICReq (None: plain NVMe/TCP).
+    pub tls: Option<Arc<TlsKey>>,
 }
 
 impl Default for TcpOptions {
@@ -99,6 +122,7 @@ impl Default for TcpOptions {
             hdr_digest: false,
             data_digest: false,
             max_c2h_data: MAX_PDU_DATA,
+            tls: None,
         }
     }
 }
@@ -121,7 +145,7 @@ impl TcpFabric {
     }
 
     pub fn options(&self) -> TcpOptions {
-        self.opts
+        self.opts.clone()
     }
 
     /// Connects one queue (what [`Fabric::connect_queue`] does, with the concrete type).
@@ -231,7 +255,7 @@ pub struct TcpHostQueue {
     depth: u16,
     icd: u32,
     peer: SocketAddr,
-    sock: TcpStream,
+    sock: Socket,
     /// The NVMe/TCP protocol state: framer, header kept for termination requests.
     tcp: Connection,
     negotiated: Negotiated,
@@ -366,7 +390,11 @@ impl HostQueue for TcpHostQueue {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        if self.dead.is_some() || self.rx_start < self.rx_end || !self.conn.cqes.is_empty() {
+        if self.dead.is_some()
+            || self.rx_start < self.rx_end
+            || !self.conn.cqes.is_empty()
+            || self.sock.buffered()
+        {
             return;
         }
         let mut ev = PollFlags::POLLIN;

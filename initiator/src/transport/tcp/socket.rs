@@ -2,7 +2,7 @@
 //! has into the connection (or straight into a read command's buffer), and ending
 //! the queue on a fatal error.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::Shutdown;
 
 use tracing::warn;
@@ -72,8 +72,10 @@ impl TcpHostQueue {
     /// Reads and handles what the socket has.
     pub(super) fn read_in(&mut self) -> Result<(), Fatal> {
         let mut reads = 0;
-        // The last read took what the socket had.
+        // The last read took what the socket had. A TLS read returns one record at
+        // most, so a short one says nothing: TLS reads go on until `WouldBlock`.
         let mut drained = false;
+        let tls = self.sock.is_tls();
         loop {
             // Hand every complete PDU in `rx` to the handlers. A PDU that lies whole
             // in `rx` is handled where it is; the data of a larger C2HData PDU is
@@ -111,7 +113,7 @@ impl TcpHostQueue {
                 }
             }
             // Another read would most likely find nothing (one system call saved).
-            if reads >= READS_PER_POLL || drained {
+            if (reads >= READS_PER_POLL && !self.sock.buffered()) || drained {
                 return Ok(());
             }
             self.rx_start = 0;
@@ -129,7 +131,7 @@ impl TcpHostQueue {
                         }
                         Ok(n) => {
                             reads += 1;
-                            drained = n < want;
+                            drained = n < want && !tls;
                             self.conn.direct.get_or_insert(d.received);
                             self.tcp.skip_data(n);
                             self.take_ready()?;
@@ -160,7 +162,7 @@ impl TcpHostQueue {
                 Ok(n) => {
                     self.rx_end = n;
                     reads += 1;
-                    drained = n < cap;
+                    drained = n < cap && !tls;
                 }
                 Err(e) => return self.read_error(e),
             }

@@ -120,7 +120,7 @@ fn partial_writes_continue_in_poll() {
     });
     let f = TcpFabric::new(addr, TcpOptions::default());
     let mut q = f.connect(&params(1, 64, 16384)).unwrap();
-    set_buf(&q.sock, libc::SO_SNDBUF, 64 * 1024);
+    set_buf(q.sock.tcp(), libc::SO_SNDBUF, 64 * 1024);
     for i in 0..N {
         let b = buf_with(&f, &pattern(16384, i as u8));
         q.submit(i, &sqe(WRITE, i), Some(&b), DataDir::ToCtrl)
