@@ -54,6 +54,11 @@ fn tcp_connection_inputs() {
 }
 
 #[test]
+fn tls_stream_inputs() {
+    replay("tls_stream", harness::tls_stream::run);
+}
+
+#[test]
 fn connect_inputs() {
     replay("connect", harness::connect::run);
 }

@@ -11,4 +11,5 @@ pub mod dispatcher;
 pub mod rig;
 pub mod tcp_connection;
 pub mod tcp_framer;
+pub mod tls_stream;
 pub mod wire;

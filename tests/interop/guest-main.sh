@@ -1,16 +1,16 @@
 # Runs inside the guest as /vmout/job.sh (see vm/boot.sh). Brings up the guest side of the lab,
 # then runs each case named in /vmout/cases (one absolute path a line) in a clean environment
 # and records "PASS name seconds" or "FAIL name seconds" in /vmout/results.
-# /vmout/env holds the variables the host runner passes in (INTEROP, BIN).
+# /vmout/env holds the variables the host runner passes in (INTEROP, BIN, TRIXIE).
 . /vmout/env
-export INTEROP BIN GUEST_IP=10.0.2.15 HOST_IP=10.0.2.100
+export INTEROP BIN TRIXIE GUEST_IP=10.0.2.15 HOST_IP=10.0.2.100
 echo "== guest: $(uname -r), $(nproc) cpus"
 modprobe virtio_net
 ip link set lo up
 ip link set eth0 up
 ip addr add "$GUEST_IP/24" dev eth0
 ip route add default via 10.0.2.2
-for m in rdma_rxe rdma_ucm nvmet nvmet-tcp nvmet-rdma nvme-tcp nvme-rdma ublk_drv nbd; do
+for m in rdma_rxe rdma_ucm nvmet nvmet-tcp nvmet-rdma nvme-tcp nvme-rdma ublk_drv nbd tls; do
   modprobe "$m" || echo "modprobe $m failed"
 done
 rdma link add rxe0 type rxe netdev eth0 || echo "rxe0 not created"

@@ -167,3 +167,22 @@ wait_log() {
   cat "$LOG/$1.log" 2>/dev/null
   return 1
 }
+
+# tls_peers: checks that trixie's tools (vm/trixie-tools.sh, unpacked by `run` into $TRIXIE) are
+# there and starts tlshd (the kernel's TLS handshake agent) with the `.nvme` keyring linked in,
+# logging to $LOG/tlshd.log. Sets NVME_TLS to trixie's nvme-cli 2.13 (bookworm's 2.3 has no TLS).
+tls_peers() {
+  [ -x "$TRIXIE/run" ] || { echo "FAIL: trixie's tlshd and nvme-cli are not in $TRIXIE"; exit 1; }
+  NVME_TLS="$TRIXIE/run nvme"
+  modprobe tls || { echo "FAIL: no kernel TLS module"; exit 1; }
+  # tlshd looks up its peer's name; the guest has no DNS server, and a resolver that waits
+  # for one outlasts the kernel's 10 s handshake timeout. The root is a tmpfs overlay.
+  grep -q "$GUEST_IP" /etc/hosts || echo "$GUEST_IP interop-guest" >> /etc/hosts
+  grep -q "$HOST_IP" /etc/hosts || echo "$HOST_IP interop-host" >> /etc/hosts
+  rm -f /etc/resolv.conf && printf 'options timeout:1 attempts:1\nnameserver 127.0.0.1\n' > /etc/resolv.conf
+  printf '[debug]\nloglevel=1\ntls=0\nnl=0\n[authenticate]\nkeyrings=.nvme\n[authenticate.client]\n[authenticate.server]\n' \
+    > "$WORK/tlshd.conf"
+  start_bg tlshd "$TRIXIE/run" tlshd -s -c "$WORK/tlshd.conf"
+  sleep 1
+  kill -0 "$(cat "$LOG/tlshd.pid")" 2>/dev/null || { cat "$LOG/tlshd.log"; echo "FAIL: tlshd did not start"; exit 1; }
+}

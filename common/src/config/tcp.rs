@@ -29,6 +29,10 @@ pub struct TcpConfig {
     /// A TLS handshake (on a `tsas: tls1.3` port) not finished within this long (ms)
     /// closes its connection: 100 ms to 10 minutes.
     pub tls_handshake_timeout_ms: u64,
+    /// After a TLS handshake, hand the keys to the kernel (kernel TLS) where it has
+    /// the `tls` module, so records are sealed and opened there; false keeps them in
+    /// user space (OpenSSL).
+    pub ktls: bool,
 }
 
 /// Smallest MAXH2CDATA and C2HData chunk.
@@ -58,6 +62,7 @@ impl Default for TcpConfig {
             stall_timeout_ms: 30_000,
             arena_bytes: 64 << 20,
             tls_handshake_timeout_ms: 10_000,
+            ktls: true,
         }
     }
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use openssl::ex_data::Index;
 use openssl::ssl::{
     ErrorCode, HandshakeError, Ssl, SslContext, SslContextBuilder, SslMethod, SslMode,
     SslSessionCacheMode, SslStream, SslVersion,
@@ -25,6 +26,7 @@ use openssl::ssl::{
 use parking_lot::Mutex;
 
 use super::ffi;
+use super::ktls::{self, Offload, TrafficSecrets};
 use super::psk::{ConfiguredPsk, Derivation, Derived, IdentityVersion, PskHash};
 use super::socket::TlsStream;
 
@@ -185,7 +187,23 @@ fn base_context() -> Result<SslContextBuilder, TlsError> {
     // Non-blocking sockets: a write may stop between records and resume with the same
     // bytes at another address.
     b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
+    // The application traffic secrets, for kernel TLS (nothing else is kept).
+    b.set_keylog_callback(|ssl, line| {
+        if let Some(m) = secrets_index().ok().and_then(|i| ssl.ex_data(i)) {
+            m.lock().record(line);
+        }
+    });
     Ok(b)
+}
+
+/// The ex-data slot of a connection's traffic secrets.
+fn secrets_index() -> Result<Index<Ssl, Mutex<TrafficSecrets>>, openssl::error::ErrorStack> {
+    static INDEX: OnceLock<Index<Ssl, Mutex<TrafficSecrets>>> = OnceLock::new();
+    if let Some(i) = INDEX.get() {
+        return Ok(*i);
+    }
+    let i = Ssl::new_ex_index::<Mutex<TrafficSecrets>>()?;
+    Ok(*INDEX.get_or_init(|| i))
 }
 
 fn context(host: bool) -> Result<&'static SslContext, TlsError> {
@@ -208,6 +226,10 @@ fn new_ssl(host: bool, role: PskRole) -> Result<Ssl, TlsError> {
     let setup = |e: openssl::error::ErrorStack| TlsError::Setup(e.to_string());
     let mut ssl = Ssl::new(context(host)?).map_err(setup)?;
     ssl.set_ex_data(ffi::role_index().map_err(setup)?, role);
+    ssl.set_ex_data(
+        secrets_index().map_err(setup)?,
+        Mutex::new(TrafficSecrets::default()),
+    );
     Ok(ssl)
 }
 
@@ -325,6 +347,47 @@ pub fn connect(stream: TcpStream, keys: Derived, limit: Duration) -> Result<TlsS
         .map_err(|e| TlsError::Setup(e.to_string()))?;
     let s = drive(ssl.connect(stream), limit)?;
     Ok(TlsStream::new(s))
+}
+
+/// Where a connection's records are sealed and opened after the handshake.
+pub enum Records {
+    /// By the kernel: the plain socket carries the connection from here on.
+    Kernel(TcpStream),
+    /// In user space (OpenSSL), and why the kernel does not.
+    User(TlsStream, String),
+}
+
+/// Hands the connection's keys to the kernel (kernel TLS) if it can take them. Fails
+/// only when the socket was left half set up (the connection must close).
+pub fn offload(t: TlsStream) -> Result<Records, TlsError> {
+    let ssl = t.ssl.ssl();
+    if ssl.pending() > 0 {
+        return Ok(Records::User(
+            t,
+            "data already decrypted in user space".into(),
+        ));
+    }
+    let cipher = match ssl.current_cipher().map(|c| c.name()) {
+        Some("TLS_AES_128_GCM_SHA256") => PskHash::Sha256,
+        Some("TLS_AES_256_GCM_SHA384") => PskHash::Sha384,
+        other => return Ok(Records::User(t, format!("cipher {other:?} not offloaded"))),
+    };
+    let secrets = secrets_index()
+        .ok()
+        .and_then(|i| ssl.ex_data(i))
+        .map(|m| std::mem::take(&mut *m.lock()))
+        .unwrap_or_default();
+    match ktls::install(t.ssl.get_ref(), cipher, &secrets, ssl.is_server()) {
+        Ok(()) => {
+            // A second descriptor of the socket outlives OpenSSL's, which closes with
+            // it; nothing more is sent on OpenSSL's side.
+            let sock = t.ssl.get_ref().try_clone()?;
+            drop(t);
+            Ok(Records::Kernel(sock))
+        }
+        Err(Offload::Unavailable(why)) => Ok(Records::User(t, why)),
+        Err(Offload::Broken(why)) => Err(TlsError::Handshake(why)),
+    }
 }
 
 /// Whether the host on `stream` starts with a TLS record (else an NVMe/TCP PDU), by

@@ -223,3 +223,46 @@ fn identities_are_parsed_strictly() {
     assert!(parse_identity(&"x".repeat(IDENTITY_MAX + 1)).is_err());
     assert!(parse_identity("NVMe0R0é").is_err());
 }
+
+/// Kernel TLS where this kernel has it (both ends' records then go through plain
+/// sockets), else user-space records; data crosses either way.
+#[test]
+fn keys_go_to_the_kernel_where_it_has_tls() {
+    for k in [key("01", 32, 3), key("02", 48, 4)] {
+        let (h, c) = handshake(&k, HOST, vec![(HOST.into(), k.clone())]);
+        let to_socket = |t: TlsStream| match offload(t).unwrap() {
+            Records::Kernel(s) => (Socket::Plain(s), true),
+            Records::User(t, why) => {
+                assert!(why.contains("kernel TLS unavailable"), "{why}");
+                (Socket::from(t), false)
+            }
+        };
+        let (mut h, hk) = to_socket(h.unwrap());
+        let (mut c, ck) = to_socket(c.unwrap().0);
+        assert_eq!(hk, ck, "both ends or neither");
+        h.set_nonblocking(false).unwrap();
+        c.set_nonblocking(false).unwrap();
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        let sent = data.clone();
+        let t = thread::spawn(move || {
+            h.write_all(&sent).unwrap();
+            h
+        });
+        let mut got = vec![0u8; data.len()];
+        let mut n = 0;
+        while n < got.len() {
+            let r = c.read(&mut got[n..]).unwrap();
+            assert!(r > 0);
+            n += r;
+        }
+        assert_eq!(got, data);
+        let mut h = t.join().unwrap();
+        c.write_all(b"back").unwrap();
+        let mut b = [0u8; 4];
+        let mut n = 0;
+        while n < 4 {
+            n += h.read(&mut b[n..]).unwrap();
+        }
+        assert_eq!(&b, b"back");
+    }
+}

@@ -20,7 +20,7 @@ pub const MAX_RECORD_PLAINTEXT: usize = 16 * 1024;
 
 /// A connection's protected stream.
 pub struct TlsStream {
-    ssl: SslStream<TcpStream>,
+    pub(super) ssl: SslStream<TcpStream>,
     /// Gathered bytes of the write in progress.
     stage: Vec<u8>,
 }

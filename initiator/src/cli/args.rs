@@ -93,6 +93,10 @@ pub struct ConnArgs {
     /// NVMe/TCP: a file holding the configured TLS PSK (mode 0600); implies --tls.
     #[arg(long = "tls-key-file", value_name = "FILE")]
     pub tls_key_file: Option<PathBuf>,
+    /// NVMe/TCP TLS: keep the records in user space (OpenSSL) even where the kernel
+    /// has kernel TLS (for comparing the two).
+    #[arg(long = "no-ktls")]
+    pub no_ktls: bool,
     /// Per-command timeout in seconds.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,

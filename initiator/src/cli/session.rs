@@ -215,6 +215,7 @@ fn tcp_path(conn: &ConnArgs, i: usize, hostnqn: &Nqn) -> Result<TcpFabric, CliEr
             hdr_digest: conn.hdr_digest,
             data_digest: conn.data_digest,
             tls: tls_key(conn, hostnqn)?,
+            ktls: !conn.no_ktls,
             ..TcpOptions::default()
         },
     ))

@@ -223,6 +223,7 @@ fn usage_errors_before_connecting() {
         tls: false,
         tls_key: None,
         tls_key_file: None,
+        no_ktls: false,
         ctrl_loss_tmo: reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
         reconnect_delay: reconnect_args::DEFAULT_RECONNECT_DELAY_SECS,
         config: None,

@@ -132,11 +132,19 @@ fn fill_entry(out: &mut [u8], spec: &EntrySpec<'_>, asqsz: u16) {
     // As nvmet: TCP ports say a secure channel is not required unless they are TLS
     // ports that require it; a TLS port's TSAS names TLS 1.3 (`nvme discover`
     // prints it as `sectype: tls1.3`).
-    e.set_treq(match (spec.trtype, spec.tls) {
+    let secure = match (spec.trtype, spec.tls) {
         (TrType::Tcp, PortTls::Required) => treq::REQUIRED,
         (TrType::Tcp, _) => treq::NOT_REQUIRED,
         _ => treq::NOT_SPECIFIED,
-    });
+    };
+    // Connect's CATTR may disable SQ flow control on our ports (nvmet says so too);
+    // what a referred port supports is not known here.
+    let sqflow = if spec.subtype == subtype::REFERRAL {
+        0
+    } else {
+        treq::DISABLE_SQFLOW
+    };
+    e.set_treq(secure | sqflow);
     e.set_portid(spec.portid);
     e.set_cntlid(DYNAMIC_CNTLID);
     e.set_asqsz(asqsz);

@@ -78,6 +78,8 @@ pub struct TcpOptions {
     pub arena_bytes: usize,
     /// How long a TLS handshake may take.
     pub tls_handshake_timeout: Duration,
+    /// Hand TLS keys to the kernel where it can take them.
+    pub ktls: bool,
 }
 
 impl Default for TcpOptions {
@@ -101,6 +103,7 @@ impl From<&TcpConfig> for TcpOptions {
             // Validated to at most 16 GiB; a 32-bit host saturates rather than wraps.
             arena_bytes: usize::try_from(c.arena_bytes).unwrap_or(usize::MAX),
             tls_handshake_timeout: Duration::from_millis(c.tls_handshake_timeout_ms),
+            ktls: c.ktls,
         }
     }
 }
@@ -206,8 +209,12 @@ impl TcpServer {
         })
         .map_err(|e| start_error(e.to_string()))?;
         let handles = groups.handles().to_vec();
-        let secure =
-            secure::Secure::new(target.clone(), opts.tls_handshake_timeout, handles.clone());
+        let secure = secure::Secure::new(
+            target.clone(),
+            opts.tls_handshake_timeout,
+            opts.ktls,
+            handles.clone(),
+        );
         let listener_stop = Arc::new(AtomicBool::new(false));
         let stop = listener_stop.clone();
         let wake = listener_wake.clone();

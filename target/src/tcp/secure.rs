@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use nvmf_common::config::PortTls;
-use nvmf_common::tls::{self, ConfiguredPsk, PskLookup, Socket};
+use nvmf_common::tls::{self, ConfiguredPsk, PskLookup, Records, Socket, TlsError, TlsStream};
 
 use super::pick_group;
 use super::poll_group::{GroupHandle, NewConn};
@@ -42,15 +42,23 @@ impl PskLookup for TargetPsks {
 pub(super) struct Secure {
     psks: Arc<dyn PskLookup>,
     limit: Duration,
+    /// Hand the keys to the kernel where it has TLS.
+    ktls: bool,
     pending: Arc<AtomicUsize>,
     groups: Arc<Vec<GroupHandle>>,
 }
 
 impl Secure {
-    pub(super) fn new(target: Arc<Target>, limit: Duration, groups: Vec<GroupHandle>) -> Secure {
+    pub(super) fn new(
+        target: Arc<Target>,
+        limit: Duration,
+        ktls: bool,
+        groups: Vec<GroupHandle>,
+    ) -> Secure {
         Secure {
             psks: Arc::new(TargetPsks(target)),
             limit,
+            ktls,
             pending: Arc::new(AtomicUsize::new(0)),
             groups: Arc::new(groups),
         }
@@ -76,10 +84,27 @@ impl Secure {
         }
     }
 
+    /// Where the connection's records go: the kernel's TLS if allowed and there, else
+    /// user space. Names the choice for the log.
+    fn records(&self, t: TlsStream) -> Result<(Socket, String), TlsError> {
+        if !self.ktls {
+            return Ok((Socket::from(t), "user space (tcp.ktls off)".into()));
+        }
+        Ok(match tls::offload(t)? {
+            Records::Kernel(s) => (Socket::Plain(s), "kernel TLS".into()),
+            Records::User(t, why) => (Socket::from(t), format!("user space ({why})")),
+        })
+    }
+
     fn handshake(&self, stream: TcpStream, peer: SocketAddr, port: Arc<PortInfo>) {
         let portid = port.portid;
         let first_is_tls = match tls::starts_with_tls(&stream, self.limit) {
             Ok(t) => t,
+            // A probe (a health check, a port scan) connects and closes at once.
+            Err(TlsError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                debug!(%peer, port = portid, "NVMe/TCP: connection closed before sending anything");
+                return;
+            }
             Err(e) => {
                 warn!(%peer, port = portid, "NVMe/TCP: connection closed before its first PDU or handshake: {e}");
                 return;
@@ -88,9 +113,17 @@ impl Secure {
         let (sock, who) = if first_is_tls {
             match tls::accept(stream, self.psks.clone(), self.limit) {
                 Ok((t, who)) => {
+                    let cipher = t.cipher_name();
+                    let (sock, records) = match self.records(t) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            warn!(%peer, port = portid, "NVMe/TCP: TLS closed: {e}");
+                            return;
+                        }
+                    };
                     info!(%peer, port = portid, host = %who.hostnqn, subsystem = %who.subnqn,
-                        cipher = t.cipher_name(), "NVMe/TCP: TLS 1.3 established");
-                    (Socket::from(t), Some(Arc::new(who)))
+                        cipher, records, "NVMe/TCP: TLS 1.3 established");
+                    (sock, Some(Arc::new(who)))
                 }
                 Err(e) => {
                     warn!(%peer, port = portid, "NVMe/TCP: TLS refused: {e}");

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use nvmf_common::tls::{self, Socket, TlsError};
+use nvmf_common::tls::{self, Records, Socket, TlsError};
 use nvmf_common::transport::tcp::{Connection, Event, FramerError, HostConfig, PduWriter, Role};
 use nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ;
 
@@ -89,8 +89,17 @@ impl TcpHostQueue {
                 let keys = tls::host_keys(&k.psk, &k.hostnqn, &k.subnqn);
                 let t = tls::connect(tcp_sock, keys, remaining(deadline, addr)?)
                     .map_err(|e| tls_error(addr, e))?;
-                debug!(qid = %p.qid, %addr, cipher = t.cipher_name(), "NVMe/TCP: TLS 1.3 established");
-                t.into()
+                let cipher = t.cipher_name();
+                let (sock, records) = if f.opts.ktls {
+                    match tls::offload(t).map_err(|e| tls_error(addr, e))? {
+                        Records::Kernel(s) => (Socket::Plain(s), "kernel TLS".to_string()),
+                        Records::User(t, why) => (t.into(), format!("user space ({why})")),
+                    }
+                } else {
+                    (t.into(), "user space".to_string())
+                };
+                debug!(qid = %p.qid, %addr, cipher, records, "NVMe/TCP: TLS 1.3 established");
+                sock
             }
         };
         sock.set_nonblocking(false)

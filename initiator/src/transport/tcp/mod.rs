@@ -113,6 +113,8 @@ pub struct TcpOptions {
     pub max_c2h_data: u32,
     /// TLS 1.3 with a pre-shared key before the ICReq (None: plain NVMe/TCP).
     pub tls: Option<Arc<TlsKey>>,
+    /// Hand TLS keys to the kernel (kernel TLS) where it has the `tls` module.
+    pub ktls: bool,
 }
 
 impl Default for TcpOptions {
@@ -123,6 +125,7 @@ impl Default for TcpOptions {
             data_digest: false,
             max_c2h_data: MAX_PDU_DATA,
             tls: None,
+            ktls: true,
         }
     }
 }
