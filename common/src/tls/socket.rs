@@ -25,12 +25,22 @@ pub struct TlsStream {
     stage: Vec<u8>,
 }
 
+/// OpenSSL's receive buffer once it reads ahead: several records per `read`.
+const READ_AHEAD_BUFFER: usize = 256 * 1024;
+
 impl TlsStream {
     pub(super) fn new(ssl: SslStream<TcpStream>) -> TlsStream {
         TlsStream {
             ssl,
             stage: Vec::with_capacity(MAX_RECORD_PLAINTEXT),
         }
+    }
+
+    /// Records stay in user space from here on: read ahead.
+    pub(super) fn user_space(self) -> TlsStream {
+        // `&mut self`: no one else uses the SSL while its settings change.
+        super::ffi::read_ahead(self.ssl.ssl(), READ_AHEAD_BUFFER);
+        self
     }
 
     /// The negotiated cipher suite's name.
@@ -112,7 +122,7 @@ impl Socket {
     pub fn buffered(&self) -> bool {
         match self {
             Socket::Plain(_) => false,
-            Socket::Tls(t) => t.ssl.ssl().pending() > 0,
+            Socket::Tls(t) => super::ffi::has_pending(t.ssl.ssl()),
         }
     }
 
@@ -147,7 +157,8 @@ impl From<TcpStream> for Socket {
 }
 
 impl From<TlsStream> for Socket {
+    /// A connection whose records stay in user space (it reads ahead).
     fn from(t: TlsStream) -> Socket {
-        Socket::Tls(Box::new(t))
+        Socket::Tls(Box::new(t.user_space()))
     }
 }
