@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::Error;
+use crate::multipath::PathState;
 use crate::transport::Fabric;
 
 /// The Linux host's default `reconnect_delay` (seconds).
@@ -114,7 +115,7 @@ pub fn connect_with_retry(
 
 /// Whether reconnecting may help: the connection or target was unreachable or went
 /// away. An NVMe status (Connect Invalid Host, ...) is the target's answer: final.
-fn retryable(e: &Error) -> bool {
+pub(crate) fn retryable(e: &Error) -> bool {
     e.is_fatal() || matches!(e, Error::Io(_))
 }
 
@@ -284,16 +285,9 @@ impl Session {
     }
 }
 
-/// How usable a path's controller is for I/O, from its ANA log page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum PathState {
-    /// Some namespace is inaccessible, in persistent loss or in transition here.
-    Unusable,
-    NonOptimized,
-    Optimized,
-}
-
-fn path_state(c: &Controller) -> PathState {
+/// How usable a path's controller is for I/O, from its ANA log page: the worst state
+/// of the groups that hold namespaces (a log that cannot be read: unusable).
+pub(crate) fn path_state(c: &Controller) -> PathState {
     use nvmf_common::wire::ana::{decode_log, AnaState};
     use nvmf_common::wire::identify::cmic;
     if c.id_ctrl().cmic & cmic::ANA == 0 {

@@ -257,6 +257,12 @@ pub struct PerfArgs {
     /// Write an SVG with the latency histogram and IOPS over time.
     #[arg(long = "latency-plot")]
     pub latency_plot: Option<PathBuf>,
+    /// With several paths (-a repeated, NVMe/TCP): every path connected, each command
+    /// down the path this policy picks among the optimized ones (the Linux host's
+    /// iopolicy names): numa (the first; default), round-robin, queue-depth. The
+    /// report counts the commands each path carried.
+    #[arg(long = "iopolicy", value_name = "POLICY", default_value = "numa")]
+    pub iopolicy: nvmf_initiator::multipath::IoPolicy,
 }
 
 fn parse_verify(s: &str) -> Result<nvmf_initiator::perf::verify::VerifyAlg, String> {

@@ -94,8 +94,11 @@ fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32
         u16::try_from(opts.numjobs).map_err(|_| CliError::Usage("numjobs is too large".into()))?;
     let min_q = u16::try_from(opts.iodepth.saturating_add(1)).unwrap_or(u16::MAX);
     let o = connect_options(&a.conn, s, jobs.max(1), min_q)?;
-    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
-        .with_paths(super::session::more_paths(&a.conn, &s.host.hostnqn)?);
+    let more = super::session::more_paths(&a.conn, &s.host.hostnqn)?;
+    if !more.is_empty() {
+        return run_paths(a, s, opts, o, more, policy);
+    }
+    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?;
     let target = PerfTarget::from_controller(session.controller()?, opts.nsid)?;
     let (shared, mut queues) = SharedSession::new(session)?;
     let requeue = policy.map(|_| &shared as &dyn Requeue);
@@ -104,6 +107,32 @@ fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32
     let reconnects = shared.reconnects();
     shared.into_session().shutdown()?;
     Ok((report, reconnects))
+}
+
+/// Several paths (-a repeated): all connected at once, I/O spread per --iopolicy.
+fn run_paths(
+    a: &PerfArgs,
+    s: &Session,
+    opts: &PerfOptions,
+    o: nvmf_initiator::controller::ConnectOptions,
+    more: Vec<std::sync::Arc<dyn nvmf_initiator::transport::Fabric>>,
+    policy: Option<nvmf_initiator::reconnect::ReconnectPolicy>,
+) -> Result<(PerfReport, u32), CliError> {
+    use nvmf_initiator::multipath::PathSet;
+    use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy};
+    let names = super::session::path_names(&a.conn);
+    let fabrics = std::iter::once(s.fabric.clone()).chain(more);
+    let paths = names.into_iter().zip(fabrics).collect();
+    // No reconnect asked (--ctrl-loss-tmo 0): a lost path stays lost.
+    let policy = policy.unwrap_or(ReconnectPolicy {
+        ctrl_loss_tmo: Some(std::time::Duration::ZERO),
+        retry: RetryPolicy::Fail,
+        ..ReconnectPolicy::default()
+    });
+    let workers = opts.numjobs as usize;
+    let set = PathSet::connect(paths, o, policy, opts.nsid, workers)?;
+    let report = perf::run_paths(&set, a.iopolicy, opts)?;
+    Ok((report, 0))
 }
 
 fn note_reconnects(n: u32) {

@@ -188,6 +188,16 @@ pub(super) fn more_paths(conn: &ConnArgs, hostnqn: &Nqn) -> Result<Vec<Arc<dyn F
         .collect()
 }
 
+/// Every path's `ADDR:PORT`, in -a order.
+pub(super) fn path_names(conn: &ConnArgs) -> Vec<String> {
+    (0..conn.traddr.len())
+        .filter_map(|i| {
+            let a = conn.traddr.get(i)?;
+            Some(format!("{a}:{}", trsvcid(conn, i)))
+        })
+        .collect()
+}
+
 /// The NVMe/TCP fabric of path `i` (the i-th -a).
 fn tcp_path(conn: &ConnArgs, i: usize, hostnqn: &Nqn) -> Result<TcpFabric, CliError> {
     let traddr = conn

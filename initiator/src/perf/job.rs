@@ -1,4 +1,5 @@
-//! One perf job: one thread driving one I/O queue at a fixed depth.
+//! One perf job: one thread driving one I/O queue (or, with several paths, one queue
+//! per path behind [`IoQueue`]) at a fixed depth.
 //!
 //! The measured loop keeps `iodepth` commands in flight: it refills every free slot,
 //! flushes once, polls once, and records each completion's latency (submit to reap)
@@ -26,7 +27,8 @@ use super::rng::{splitmix64, Permutation, Rng};
 use super::verify::{self, VerifyFailure};
 use crate::command;
 use crate::error::Error;
-use crate::queue::{Completion, Queue};
+use crate::ioqueue::{IoQueue, PathIos};
+use crate::queue::Completion;
 use crate::reconnect::RetryPolicy;
 use crate::requeue::{Generation, Recovery, MAX_FRUITLESS_RECONNECTS};
 use crate::transport::{DataDir, IoBuf};
@@ -157,6 +159,8 @@ pub struct JobOutcome {
     /// Completions per [`TIMELINE_BUCKET`] since the end of the ramp.
     pub timeline: Vec<u64>,
     pub verify: VerifySummary,
+    /// Commands completed per path (multipath; empty with one queue).
+    pub paths: Vec<PathIos>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -226,8 +230,8 @@ struct Job<'a> {
 /// `max_blocks` blocks). Returns what it measured: I/O errors, timeouts and a broken
 /// queue end the job and are counted there (unless `recovery` replaces the queue);
 /// only a bad setup is an `Err`.
-pub fn run_job(
-    q: &mut Queue,
+pub fn run_job<Q: IoQueue>(
+    q: &mut Q,
     cfg: &JobConfig,
     bufs: &[IoBuf],
     progress: &JobProgress,
@@ -284,6 +288,7 @@ pub fn run_job(
             elapsed: Duration::ZERO,
             timeline: Vec::with_capacity(timeline_capacity(cfg)),
             verify: VerifySummary::default(),
+            paths: Vec::new(),
         },
         last_record: None,
         failed: false,
@@ -340,6 +345,7 @@ pub fn run_job(
         }
     }
     job.publish();
+    job.out.paths = q.path_ios();
     let end = job.last_record.unwrap_or(cfg.ramp_end);
     job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
     progress.done.store(true, Ordering::Relaxed);
@@ -418,7 +424,13 @@ impl Job<'_> {
 
     /// Builds and submits the I/O for slot `s`. `Ok(false)` when the queue has no
     /// free command id (after a timeout): the caller stops submitting.
-    fn start(&mut self, q: &mut Queue, s: usize, p: Planned, now: Instant) -> Result<bool, Error> {
+    fn start<Q: IoQueue>(
+        &mut self,
+        q: &mut Q,
+        s: usize,
+        p: Planned,
+        now: Instant,
+    ) -> Result<bool, Error> {
         let cfg = self.cfg;
         let bs = cfg.block_size as usize;
         let lba = cfg.region_start + p.unit * u64::from(cfg.max_blocks);
@@ -568,7 +580,7 @@ impl Job<'_> {
         }
     }
 
-    fn drive(&mut self, q: &mut Queue, phase: Phase) -> Result<(), Error> {
+    fn drive<Q: IoQueue>(&mut self, q: &mut Q, phase: Phase) -> Result<(), Error> {
         let depth = self.cfg.iodepth as usize;
         let mut comps: Vec<Completion> = Vec::with_capacity(depth * 2);
         let mut idle_since: Option<Instant> = None;
@@ -646,7 +658,7 @@ impl Job<'_> {
                     stop_submit = true;
                 }
                 // Timed-out commands come back through the next poll as errors.
-                let _ = q.expire(now);
+                q.expire(now);
                 self.publish();
             }
             if stop_submit && self.inflight == 0 {
@@ -656,7 +668,7 @@ impl Job<'_> {
     }
 
     /// Submits again the commands that were in flight when the previous queue broke.
-    fn resubmit_retries(&mut self, q: &mut Queue) -> Result<(), Error> {
+    fn resubmit_retries<Q: IoQueue>(&mut self, q: &mut Q) -> Result<(), Error> {
         if self.retry.is_empty() {
             return Ok(());
         }
@@ -692,9 +704,9 @@ impl Job<'_> {
     /// The queue broke with `e`: what was in flight on it is retried or failed per the
     /// policy. `Ok(true)`: the job continues on a new queue (the controller
     /// reconnected); `Ok(false)`: it ends (the failures are recorded).
-    fn recover(
+    fn recover<Q: IoQueue>(
         &mut self,
-        q: &mut Queue,
+        q: &mut Q,
         rc: Recovery<'_>,
         generation: &mut Generation,
         e: &Error,
@@ -724,7 +736,7 @@ impl Job<'_> {
             }
         }
         let (nq, g) = rc.source.replace(rc.index, *generation)?;
-        *q = nq;
+        q.install(nq)?;
         *generation = g;
         Ok(true)
     }

@@ -31,6 +31,8 @@ use nvmf_common::types::Nsid;
 
 use crate::controller::{Controller, NamespaceInfo};
 use crate::error::Error;
+use crate::ioqueue::IoQueue;
+use crate::multipath::{IoPolicy, PathQueues, PathSet};
 use crate::namespace::max_blocks_per_command;
 use crate::queue::Queue;
 use crate::requeue::{Recovery, Requeue};
@@ -138,7 +140,7 @@ struct Layout {
     span_blocks: u64,
 }
 
-fn plan(t: &PerfTarget, queues: &[Queue], o: &PerfOptions) -> Result<Layout, Error> {
+fn plan<Q>(t: &PerfTarget, queues: &[Q], o: &PerfOptions) -> Result<Layout, Error> {
     let ns = &t.ns;
     if o.numjobs == 0 {
         return Err(Error::InvalidArgument("numjobs must be at least 1".into()));
@@ -212,6 +214,27 @@ fn plan(t: &PerfTarget, queues: &[Queue], o: &PerfOptions) -> Result<Layout, Err
     })
 }
 
+/// [`run_recovering`] over several paths at once: each job takes one queue per path of
+/// `set`, and `policy` picks the path of each command (see [`crate::multipath`]).
+pub fn run_paths(
+    set: &Arc<PathSet>,
+    policy: IoPolicy,
+    o: &PerfOptions,
+) -> Result<PerfReport, Error> {
+    let t = (0..set.len())
+        .find_map(|i| set.with_controller(i, |c| PerfTarget::from_controller(c, o.nsid)))
+        .ok_or_else(|| Error::InvalidArgument("no path is connected".into()))??;
+    if t.fabric.keyed_sgls() {
+        return Err(Error::InvalidArgument(
+            "several paths at once need NVMe/TCP (buffers registered for one RDMA device)".into(),
+        ));
+    }
+    let mut queues: Vec<PathQueues> = (0..o.numjobs as usize)
+        .map(|w| PathQueues::new(set.clone(), w, policy))
+        .collect();
+    run_recovering(&t, &mut queues, o, None)
+}
+
 /// [`run`] with explicit target facts (for callers that no longer hold the controller).
 pub fn run_on(t: &PerfTarget, queues: &mut [Queue], o: &PerfOptions) -> Result<PerfReport, Error> {
     run_recovering(t, queues, o, None)
@@ -219,9 +242,9 @@ pub fn run_on(t: &PerfTarget, queues: &mut [Queue], o: &PerfOptions) -> Result<P
 
 /// [`run_on`] where a job whose queue breaks takes queue `index` (its job number) of
 /// the reconnected controller from `requeue` and goes on (see [`job`]).
-pub fn run_recovering(
+pub fn run_recovering<Q: IoQueue>(
     t: &PerfTarget,
-    queues: &mut [Queue],
+    queues: &mut [Q],
     o: &PerfOptions,
     requeue: Option<&dyn Requeue>,
 ) -> Result<PerfReport, Error> {
@@ -367,6 +390,7 @@ pub fn run_recovering(
                     elapsed: Duration::ZERO,
                     timeline: Vec::new(),
                     verify: VerifySummary::default(),
+                    paths: Vec::new(),
                 });
             }
         }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
+use crate::ioqueue::PathIos;
+
 use super::job::{DirStats, JobOutcome, VerifySummary, TIMELINE_BUCKET};
 use super::parse::format_bytes;
 use super::PerfOptions;
@@ -136,6 +138,20 @@ impl PerfReport {
         self.read.ios + self.write.ios
     }
 
+    /// Commands completed per path, summed over the jobs (empty with one path). They
+    /// include the ramp and verify read-back, so they add up to at least `total_ios`.
+    pub fn path_ios(&self) -> Vec<PathIos> {
+        let mut out: Vec<PathIos> = Vec::new();
+        for p in self.jobs.iter().flat_map(|j| j.paths.iter()) {
+            match out.iter_mut().find(|o| o.path == p.path) {
+                Some(o) => o.ios += p.ios,
+                None => out.push(p.clone()),
+            }
+        }
+        out.sort_by_key(|p| p.path);
+        out
+    }
+
     pub fn iops(&self) -> f64 {
         rate(self.total_ios(), self.elapsed)
     }
@@ -212,6 +228,14 @@ impl PerfReport {
             pct(self.cpu.system, self.elapsed),
             self.cpu_us_per_io()
         );
+        let paths = self.path_ios();
+        if !paths.is_empty() {
+            let list: Vec<String> = paths
+                .iter()
+                .map(|p| format!("path{} {} ios={}", p.path, p.name, p.ios))
+                .collect();
+            let _ = writeln!(s, "paths: {}", list.join(", "));
+        }
         if o.verify {
             if self.verify.failure_count == 0 {
                 let _ = writeln!(
@@ -285,6 +309,11 @@ impl PerfReport {
                 "usec_per_io": self.cpu_us_per_io(),
             },
             "verify": verify_json(&self.verify),
+            "paths": self.path_ios().iter().map(|p| json!({
+                "path": p.path,
+                "name": p.name,
+                "ios": p.ios,
+            })).collect::<Vec<Value>>(),
             "iops_timeline": {
                 "interval_ms": TIMELINE_BUCKET.as_millis() as u64,
                 "completions": self.timeline,
