@@ -15,7 +15,6 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::SignalFd;
 
 use nvmf_common::types::Nsid;
-use nvmf_initiator::controller::Controller;
 use nvmf_initiator::error::Error;
 use nvmf_initiator::map::{self, Listen, Listener, MapOptions, Stopper};
 use nvmf_initiator::requeue::{Requeue, SharedSession};
@@ -117,10 +116,7 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
         depth: a.iodepth.map(|d| d as usize),
     };
     let Some(listen) = listen else {
-        // ublk keeps its queues for the device's lifetime: no reconnect there.
-        let mut ctrl = session.into_controller()?;
-        let queues = ctrl.take_io_queues();
-        return ublk_cmd(ctrl, queues, &opts, signals);
+        return ublk_cmd(session, &opts, policy.is_some(), signals);
     };
     let ctrl = session.controller()?;
     let ns = ctrl.namespace(opts.nsid)?.clone();
@@ -180,29 +176,49 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
     Ok(())
 }
 
-/// `map --ublk`: the same namespace as /dev/ublkbN.
+/// `map --ublk`: the same namespace as /dev/ublkbN. Queue `i` of the device drives
+/// NVMe I/O queue `i`; after a lost connection it takes queue `i` of the reconnected
+/// controller (unless `--ctrl-loss-tmo 0`), so the device stays up.
 fn ublk_cmd(
-    ctrl: Controller,
-    queues: Vec<nvmf_initiator::queue::Queue>,
+    mut session: nvmf_initiator::reconnect::Session,
     opts: &MapOptions,
+    reconnect: bool,
     signals: SignalFd,
 ) -> CliResult {
     let stop = Arc::new(Stopper::new()?);
     watch_signals(signals, stop.clone())?;
     let nsid = opts.nsid;
+    let ctrl = session.controller()?;
     let subnqn = ctrl.id_ctrl().subnqn.clone();
-    let served = map::ublk::serve_ublk(&ctrl, queues, opts, &stop, move |bdev, nrq, depth| {
-        println!(
-            "nsid {nsid} of {subnqn} exported as {bdev} ({nrq} queues x {depth}); stop with \
-             SIGINT/SIGTERM"
-        );
-        let _ = std::io::stdout().flush();
-    });
-    let shut = ctrl.shutdown();
+    let export = map::export_for(ctrl, opts)?;
+    let fabric = ctrl.fabric().clone();
+    let (shared, queues) = SharedSession::new(session)?;
+    let shared = Arc::new(shared);
+    let requeue = reconnect.then(|| shared.clone() as Arc<dyn Requeue + Send + Sync>);
+    let served = map::ublk::serve_ublk(
+        export,
+        &fabric,
+        queues,
+        opts,
+        &stop,
+        requeue,
+        move |bdev, nrq, depth| {
+            println!(
+                "nsid {nsid} of {subnqn} exported as {bdev} ({nrq} queues x {depth}); stop with \
+                 SIGINT/SIGTERM"
+            );
+            let _ = std::io::stdout().flush();
+        },
+    );
+    let reconnects = shared.reconnects();
+    let shut = match Arc::try_unwrap(shared) {
+        Ok(s) => s.into_session().shutdown(),
+        Err(_) => Ok(()),
+    };
     let stats = served?;
     shut?;
     eprintln!(
-        "stopped: {} requests ({} failed), {} NVMe commands",
+        "stopped: {} requests ({} failed), {} NVMe commands, {reconnects} reconnect(s)",
         stats.requests, stats.errors, stats.commands
     );
     Ok(())

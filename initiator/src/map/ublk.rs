@@ -17,17 +17,18 @@ use libublk::helpers::IoBuf as UblkBuf;
 use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
 use libublk::{sys, BufDesc, BufDescList, UblkError, UblkFlags, UblkIORes};
 use parking_lot::Mutex;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use nvmf_common::types::Nsid;
 
 use super::engine::{Done, Engine};
 use super::plan::{self, Geometry};
 use super::proto::{cmd, cmd_flags, errno, Request, REQUEST_MAGIC};
-use super::{export_for, MapOptions, MapStats, Stopper};
-use crate::controller::Controller;
+use super::{MapOptions, MapStats, Stopper};
 use crate::error::Error;
 use crate::queue::{Completion, Queue};
+use crate::reconnect::RetryPolicy;
+use crate::requeue::{Generation, Requeue};
 use crate::transport::Fabric;
 
 /// ublk's sector: offsets and lengths in its I/O descriptors count 512-byte units.
@@ -134,19 +135,25 @@ struct QueueCtx {
     geometry: Geometry,
     stats: Arc<Mutex<(MapStats, Option<Error>)>>,
     ctrl: Arc<UblkCtrl>,
+    /// Where a queue thread whose NVMe queue broke gets the reconnected
+    /// controller's queue (its queue id - 1 is its index); None: the device stops.
+    requeue: Option<Arc<dyn Requeue + Send + Sync>>,
 }
 
 /// Creates the ublk device for namespace `o.nsid` with one ublk queue per queue in
 /// `queues`, calls `on_ready` with its block device path once it is live, and serves
-/// it until `stop` is triggered. The device is deleted before returning.
+/// it until `stop` is triggered. The device is deleted before returning. With
+/// `requeue`, a queue whose connection is lost takes the reconnected controller's
+/// queue and the device stays up.
 pub fn serve_ublk(
-    ctrl: &Controller,
+    (export, geometry): (super::Export, Geometry),
+    fabric: &Arc<dyn Fabric>,
     queues: Vec<Queue>,
     o: &MapOptions,
     stop: &Stopper,
+    requeue: Option<Arc<dyn Requeue + Send + Sync>>,
     on_ready: impl FnOnce(&str, u16, u16) + Send + Sync + 'static,
 ) -> Result<MapStats, Error> {
-    let (export, geometry) = export_for(ctrl, o)?;
     let nr_queues = u16::try_from(queues.len())
         .map_err(|_| Error::InvalidArgument("too many queues for ublk".into()))?;
     if nr_queues == 0 {
@@ -178,11 +185,12 @@ pub fn serve_ublk(
     let uctrl = Arc::new(uctrl);
     let ctx = QueueCtx {
         queues: Arc::new(Mutex::new(queues.into_iter().map(Some).collect())),
-        fabric: ctrl.fabric().clone(),
+        fabric: fabric.clone(),
         nsid: o.nsid,
         geometry,
         stats: Arc::new(Mutex::new((MapStats::default(), None))),
         ctrl: uctrl.clone(),
+        requeue,
     };
     let size = export.size;
     let result = std::thread::scope(|s| {
@@ -263,29 +271,95 @@ fn run_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx) {
     }
 }
 
+/// What one ublk queue thread keeps across NVMe queues (a reconnect swaps only the
+/// NVMe queue).
+struct QueueState<'a> {
+    qid: u16,
+    uq: UblkQueue<'a>,
+    bufs: Vec<UblkBuf<u8>>,
+    engine: Engine,
+    stats: MapStats,
+    tags: Vec<u16>,
+    done: Vec<Done>,
+    comps: Vec<Completion>,
+}
+
 fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Result<MapStats, Error> {
     let depth = usize::from(dev.dev_info.queue_depth);
-    let mut engine = Engine::new(
+    let engine = Engine::new(
         &ctx.fabric,
         ctx.nsid,
         ctx.geometry,
         depth.min(nq.capacity()),
     )?;
-    let mut bufs: Vec<UblkBuf<u8>> = dev.alloc_queue_io_bufs();
+    let bufs: Vec<UblkBuf<u8>> = dev.alloc_queue_io_bufs();
     let uq = UblkQueue::new(qid, dev)
         .map_err(|e| ublk_error("queue", e))?
         .submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs)))
         .map_err(|e| ublk_error("fetch commands", e))?;
-    let mut stats = MapStats::default();
-    let mut tags: Vec<u16> = Vec::with_capacity(depth);
-    let mut done: Vec<Done> = Vec::with_capacity(depth);
-    let mut comps: Vec<Completion> = Vec::with_capacity(depth);
+    let mut st = QueueState {
+        qid,
+        uq,
+        bufs,
+        engine,
+        stats: MapStats::default(),
+        tags: Vec::with_capacity(depth),
+        done: Vec::with_capacity(depth),
+        comps: Vec::with_capacity(depth),
+    };
+    let mut generation = Generation::default();
+    loop {
+        let e = match pump(&mut st, ctx, nq) {
+            Ok(()) => break,
+            Err(e) => e,
+        };
+        // A lost connection (or a timed-out command) with a session to reconnect:
+        // the device stays up; its requests in flight wait for the new queue (or
+        // fail with EIO when the policy says so), as with NBD.
+        let Some(rq) = ctx
+            .requeue
+            .as_ref()
+            .filter(|_| nq.is_broken() || e.is_fatal())
+        else {
+            return Err(e);
+        };
+        let retry = rq.retry_policy() == RetryPolicy::Retry;
+        warn!(
+            qid,
+            inflight = st.engine.inflight(),
+            "I/O queue lost ({e}); reconnecting"
+        );
+        st.engine.lost(retry, &mut st.done);
+        commit_done(&mut st)?;
+        match rq.replace(usize::from(qid), generation) {
+            Ok((q, g)) => {
+                *nq = q;
+                generation = g;
+                info!(qid, "ublk queue back on the reconnected controller");
+            }
+            Err(e) => {
+                // Lost past ctrl-loss-tmo: what waited for a retry fails now.
+                st.engine.lost(false, &mut st.done);
+                commit_done(&mut st)?;
+                return Err(e);
+            }
+        }
+    }
+    st.stats.commands = st.engine.commands();
+    Ok(st.stats)
+}
+
+/// Moves requests between the ublk queue and `nq` until the ublk queue goes down
+/// (`Ok`) or `nq` fails (`Err`).
+fn pump(st: &mut QueueState<'_>, ctx: &QueueCtx, nq: &mut Queue) -> Result<(), Error> {
     let mut idle_since: Option<Instant> = None;
     let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
     loop {
         // Block on the ublk ring only when nothing waits for the NVMe queue.
-        let block = engine.pending() == 0 && idle_since.is_some_and(|t| t.elapsed() >= SPIN_TIME);
-        let reaped = uq.flush_and_wake_io_tasks(
+        let block =
+            st.engine.pending() == 0 && idle_since.is_some_and(|t| t.elapsed() >= SPIN_TIME);
+        let tags = &mut st.tags;
+        let reaped = st.uq.flush_and_wake_io_tasks(
             |data, cqe, _last| {
                 let is_cmd = data & libublk::UblkUringData::Target as u64 == 0;
                 if is_cmd && cqe.result() == sys::UBLK_IO_RES_OK as i32 {
@@ -298,79 +372,53 @@ fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Resul
         );
         match reaped {
             Ok(_) => {}
-            Err(UblkError::QueueIsDown) => break,
+            Err(UblkError::QueueIsDown) => return Ok(()),
             Err(e) => return Err(ublk_error("reap", e)),
         }
-        let mut progress = !tags.is_empty();
-        for tag in tags.drain(..) {
-            let req = request_for(tag, uq.get_iod(tag)).and_then(|r| {
+        let mut progress = !st.tags.is_empty();
+        let tags: Vec<u16> = st.tags.drain(..).collect();
+        for tag in tags {
+            let req = request_for(tag, st.uq.get_iod(tag)).and_then(|r| {
                 plan::check(&r, &ctx.geometry)
                     .and_then(|op| op.ok_or(errno::EINVAL))
                     .map(|op| (r, op))
             });
-            stats.requests += 1;
+            st.stats.requests += 1;
             match req {
                 Ok((r, op)) => {
-                    let mut data = engine.take_buf();
+                    let mut data = st.engine.take_buf();
                     if r.kind == cmd::WRITE {
-                        let src = bufs
+                        let src = st
+                            .bufs
                             .get(usize::from(tag))
                             .and_then(|b| b.as_slice().get(..r.length as usize));
                         match src {
                             Some(s) => data.extend_from_slice(s),
                             None => {
-                                stats.errors += 1;
-                                commit(&uq, &bufs, tag, -(errno::EINVAL as i32))?;
+                                st.stats.errors += 1;
+                                commit(&st.uq, &st.bufs, tag, -(errno::EINVAL as i32))?;
                                 continue;
                             }
                         }
                     }
-                    engine.start(u64::from(tag), &r, op, data);
+                    st.engine.start(u64::from(tag), &r, op, data);
                 }
                 Err(e) => {
-                    stats.errors += 1;
-                    commit(&uq, &bufs, tag, -(e as i32))?;
+                    st.stats.errors += 1;
+                    commit(&st.uq, &st.bufs, tag, -(e as i32))?;
                 }
             }
         }
-        if engine.submit(nq, &mut done)? {
+        if st.engine.submit(nq, &mut st.done)? {
             nq.flush()?;
         }
-        comps.clear();
-        let polled = nq.poll(&mut comps);
-        for c in &comps {
-            engine.complete(c, &mut done);
+        st.comps.clear();
+        let polled = nq.poll(&mut st.comps);
+        for c in &st.comps {
+            st.engine.complete(c, &mut st.done);
         }
-        progress |= !comps.is_empty() || !done.is_empty();
-        for d in done.drain(..) {
-            let tag = u16::try_from(d.token).unwrap_or(u16::MAX);
-            let res = match &d.error {
-                None => {
-                    if d.kind == cmd::READ {
-                        if let Some(dst) = bufs
-                            .get_mut(usize::from(tag))
-                            .and_then(|b| b.as_mut_slice().get_mut(..d.data.len()))
-                        {
-                            dst.copy_from_slice(&d.data);
-                        }
-                    }
-                    i32::try_from(d.data.len()).unwrap_or(i32::MAX)
-                }
-                Some((e, why)) => {
-                    stats.errors += 1;
-                    debug!(qid, tag, error = e, "ublk I/O failed: {why}");
-                    -(*e as i32)
-                }
-            };
-            let res = if d.kind == cmd::WRITE && d.error.is_none() {
-                // A write completes with the bytes it moved.
-                i32::try_from(uq.get_iod(tag).nr_sectors << SECTOR_SHIFT).unwrap_or(i32::MAX)
-            } else {
-                res
-            };
-            commit(&uq, &bufs, tag, res)?;
-            engine.recycle(d.data);
-        }
+        progress |= !st.comps.is_empty() || !st.done.is_empty();
+        commit_done(st)?;
         polled?;
         let now = Instant::now();
         if now >= next_housekeeping {
@@ -391,12 +439,45 @@ fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Resul
         if now.duration_since(since) < SPIN_TIME {
             // Spin politely: the target and the kernel's submitters may need this core.
             std::thread::yield_now();
-        } else if engine.inflight() > 0 {
+        } else if st.engine.inflight() > 0 {
             nq.wait(QUEUE_WAIT_SLICE);
         }
     }
-    stats.commands = engine.commands();
-    Ok(stats)
+}
+
+/// Answers the kernel for every finished request: its bytes, or a negative errno.
+fn commit_done(st: &mut QueueState<'_>) -> Result<(), Error> {
+    for d in std::mem::take(&mut st.done) {
+        let tag = u16::try_from(d.token).unwrap_or(u16::MAX);
+        let res = match &d.error {
+            None => {
+                if d.kind == cmd::READ {
+                    if let Some(dst) = st
+                        .bufs
+                        .get_mut(usize::from(tag))
+                        .and_then(|b| b.as_mut_slice().get_mut(..d.data.len()))
+                    {
+                        dst.copy_from_slice(&d.data);
+                    }
+                }
+                i32::try_from(d.data.len()).unwrap_or(i32::MAX)
+            }
+            Some((e, why)) => {
+                st.stats.errors += 1;
+                debug!(qid = st.qid, tag, error = e, "ublk I/O failed: {why}");
+                -(*e as i32)
+            }
+        };
+        let res = if d.kind == cmd::WRITE && d.error.is_none() {
+            // A write completes with the bytes it moved.
+            i32::try_from(st.uq.get_iod(tag).nr_sectors << SECTOR_SHIFT).unwrap_or(i32::MAX)
+        } else {
+            res
+        };
+        commit(&st.uq, &st.bufs, tag, res)?;
+        st.engine.recycle(d.data);
+    }
+    Ok(())
 }
 
 /// Completes ublk command `tag` with `res` (bytes, or a negative errno) and fetches
