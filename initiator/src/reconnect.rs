@@ -287,7 +287,7 @@ impl Session {
 
 /// How usable a path's controller is for I/O, from its ANA log page: the worst state
 /// of the groups that hold namespaces (a log that cannot be read: unusable).
-pub(crate) fn path_state(c: &Controller) -> PathState {
+pub fn path_state(c: &Controller) -> PathState {
     use nvmf_common::wire::ana::{decode_log, AnaState};
     use nvmf_common::wire::identify::cmic;
     if c.id_ctrl().cmic & cmic::ANA == 0 {

@@ -142,7 +142,7 @@ pub(super) fn with_admin_dev<T>(
         .or_else(|| s.default_nqn.as_ref().map(|n| n.to_string()))
         .unwrap_or_else(|| "-".into());
     let o = connect_options(conn, &s, 0, 0)?;
-    let ctrl = Controller::connect(s.fabric.clone(), o)?;
+    let ctrl = super::session::connect_any(conn, &s, o)?;
     let r = f(&ctrl, &dev);
     ctrl.shutdown()?;
     Ok(r?)

@@ -6,7 +6,7 @@ use serde_json::json;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::wire::identify::{flbas_index, IdentifyNamespace};
 
-use nvmf_initiator::controller::{ConnectOptions, Controller, NamespaceInfo};
+use nvmf_initiator::controller::{ConnectOptions, NamespaceInfo};
 use nvmf_initiator::discovery::{discover_log_with, format_discovery_log};
 use nvmf_initiator::perf::parse::format_bytes;
 
@@ -97,7 +97,7 @@ fn id_ns_text(nsid: Nsid, raw: &[u8], info: Option<&NamespaceInfo>) -> String {
 pub(super) fn identify(a: &IdentifyArgs) -> CliResult {
     let s = open(&a.conn)?;
     let o = connect_options(&a.conn, &s, 0, 0)?;
-    let ctrl = Controller::connect(s.fabric.clone(), o)?;
+    let ctrl = super::session::connect_any(&a.conn, &s, o)?;
     let id = ctrl.id_ctrl();
     let nsids: Vec<Nsid> = match a.nsid {
         Some(n) => vec![Nsid(n)],
@@ -178,7 +178,7 @@ pub(super) fn identify(a: &IdentifyArgs) -> CliResult {
 pub(super) fn list(a: &ListArgs) -> CliResult {
     let s = open(&a.conn)?;
     let o = connect_options(&a.conn, &s, 0, 0)?;
-    let ctrl = Controller::connect(s.fabric.clone(), o)?;
+    let ctrl = super::session::connect_any(&a.conn, &s, o)?;
     match a.output_format {
         OutputFormat::Json => {
             let v: Vec<serde_json::Value> = ctrl.namespaces().iter().map(ns_json).collect();

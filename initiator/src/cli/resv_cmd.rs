@@ -145,7 +145,7 @@ fn one_command(
 ) -> Result<Vec<u8>, CliError> {
     let s = open(conn)?;
     let o = connect_options(conn, &s, 1, 0)?;
-    let mut ctrl = Controller::connect(s.fabric.clone(), o)?;
+    let mut ctrl = super::session::connect_any(conn, &s, o)?;
     let mut qs = ctrl.take_io_queues();
     let q = qs
         .first_mut()

@@ -231,6 +231,49 @@ fn tcp_path(conn: &ConnArgs, i: usize, hostnqn: &Nqn) -> Result<TcpFabric, CliEr
     ))
 }
 
+/// Connects for a one-shot command: through the first path (-a) that answers and
+/// serves I/O, preferring one whose ANA groups are optimized, then non-optimized; a
+/// path that cannot be reached is skipped (as the Linux host picks a path of a
+/// multipath subsystem). The error is the first path's when none connects.
+pub(super) fn connect_any(
+    conn: &ConnArgs,
+    s: &Session,
+    o: ConnectOptions,
+) -> Result<Controller, CliError> {
+    use nvmf_initiator::multipath::{path_state, PathState};
+    let more = if conn.traddr.len() > 1 {
+        more_paths(conn, &s.host.hostnqn)?
+    } else {
+        Vec::new()
+    };
+    if more.is_empty() {
+        return Ok(Controller::connect(s.fabric.clone(), o)?);
+    }
+    let mut first_err = None;
+    let mut fallback: Option<Controller> = None;
+    for f in std::iter::once(s.fabric.clone()).chain(more) {
+        match Controller::connect(f, o.clone()) {
+            Ok(c) => match path_state(&c) {
+                PathState::Optimized => return Ok(c),
+                PathState::NonOptimized if fallback.is_none() => fallback = Some(c),
+                _ => {
+                    let _ = c.shutdown();
+                }
+            },
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match (fallback, first_err) {
+        (Some(c), _) => Ok(c),
+        (None, Some(e)) => Err(e.into()),
+        (None, None) => Err(CliError::Failed(Error::Path(
+            "every path refuses I/O (ANA inaccessible, persistent loss or change)".into(),
+        ))),
+    }
+}
+
 /// Connection options for an I/O subsystem from the flags.
 pub(super) fn connect_options(
     conn: &ConnArgs,
@@ -288,7 +331,7 @@ pub(super) fn with_ns<T>(
 ) -> Result<T, CliError> {
     let s = open(conn)?;
     let o = connect_options(conn, &s, 1, 0)?;
-    let mut ctrl = Controller::connect(s.fabric.clone(), o)?;
+    let mut ctrl = connect_any(conn, &s, o)?;
     let mut qs = ctrl.take_io_queues();
     let q = qs
         .first_mut()

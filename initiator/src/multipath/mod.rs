@@ -21,6 +21,7 @@ mod set;
 use std::fmt;
 use std::str::FromStr;
 
+pub use crate::reconnect::path_state;
 pub use queues::PathQueues;
 pub use set::PathSet;
 
