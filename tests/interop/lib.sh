@@ -33,6 +33,17 @@ expect() {
   fi
 }
 
+# expect_fail DESC REGEX CMD...: CMD must fail, and its output (printed) match the extended REGEX.
+expect_fail() {
+  _desc=$1
+  _re=$2
+  shift 2
+  echo "+ $* (must fail)"
+  if _out=$("$@" 2>&1); then echo "$_out"; echo "FAIL: $_desc: it succeeded"; exit 1; fi
+  echo "$_out"
+  echo "$_out" | grep -qE -- "$_re" || { echo "FAIL: $_desc: no '$_re' in the error"; exit 1; }
+}
+
 # check DESC SHELL-CONDITION: like run, for a condition written as shell code.
 check() {
   _desc=$1

@@ -148,18 +148,7 @@ impl HostConfig {
     /// Reads the host's TLS PSK (inline or from its file); None when it has none.
     /// Errors name the field and never contain the key.
     pub fn tls_psk(&self) -> Result<Option<ConfiguredPsk>, (&'static str, String)> {
-        const FIELD: &str = "tls_key";
-        let text = match (&self.tls_key, &self.tls_key_file) {
-            (Some(_), Some(_)) => {
-                return Err((FIELD, "give tls_key or tls_key_file, not both".into()));
-            }
-            (Some(k), None) => Zeroizing::new(k.0.to_string()),
-            (None, Some(p)) => read_key_file(p).map_err(|e| (FIELD, e))?,
-            (None, None) => return Ok(None),
-        };
-        text.parse::<ConfiguredPsk>()
-            .map(Some)
-            .map_err(|e| (FIELD, format!("invalid TLS PSK: {e}")))
+        key(&self.tls_key, &self.tls_key_file, "tls_key", "TLS PSK")
     }
 }
 
@@ -177,6 +166,19 @@ fn secret(
     file: &Option<PathBuf>,
     field: &'static str,
 ) -> Result<Option<DhchapSecret>, (&'static str, String)> {
+    key(inline, file, field, "DH-HMAC-CHAP secret")
+}
+
+/// A key given inline or in a file (`<field>` or `<field>_file`, not both), parsed.
+fn key<K: std::str::FromStr>(
+    inline: &Option<KeyText>,
+    file: &Option<PathBuf>,
+    field: &'static str,
+    what: &str,
+) -> Result<Option<K>, (&'static str, String)>
+where
+    K::Err: fmt::Display,
+{
     let text = match (inline, file) {
         (Some(_), Some(_)) => {
             return Err((field, format!("give {field} or {field}_file, not both")));
@@ -185,9 +187,9 @@ fn secret(
         (None, Some(p)) => read_key_file(p).map_err(|e| (field, e))?,
         (None, None) => return Ok(None),
     };
-    text.parse::<DhchapSecret>()
+    text.parse::<K>()
         .map(Some)
-        .map_err(|e| (field, format!("invalid DH-HMAC-CHAP secret: {e}")))
+        .map_err(|e| (field, format!("invalid {what}: {e}")))
 }
 
 /// Reads a key file, refusing one that group or others may read.
