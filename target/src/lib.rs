@@ -7,6 +7,7 @@ pub mod controller;
 pub mod core;
 pub mod fastmap;
 pub mod limits;
+pub mod metrics;
 pub mod live;
 pub mod params;
 pub mod rdma;

@@ -70,6 +70,8 @@ pub type Handle<T> = GroupHandle<<T as Transport>::NewQueue, <T as Transport>::S
 /// the buffer waiters and the counters.
 pub struct Runtime<T: Transport> {
     pub index: usize,
+    /// The group's name (its thread's), the `group` of its metrics.
+    pub name: String,
     pub target: Arc<Target>,
     pub ex: ExecCtx,
     pub pool: BufferPool,
@@ -123,9 +125,11 @@ pub fn spawn<T: Transport>(
         load: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     };
     let stats = Arc::new(GroupStats::default());
+    target.metrics.add_group(thread_name.clone(), &stats);
     let handle = GroupHandle::new(index, tx, &inbox, stats.clone(), t.shared());
     let rt = Runtime {
         index,
+        name: thread_name.clone(),
         ex: ExecCtx::new(target.clone()),
         icd_slot: target.params.in_capsule_data_size as usize,
         mode: target.params.poll_mode,
@@ -149,6 +153,11 @@ pub fn spawn<T: Transport>(
     Ok((handle, thread))
 }
 
+/// A duration in nanoseconds, saturating (a pass never lasts 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 fn run<T: Transport>(
     mut rt: Runtime<T>,
     mut t: T,
@@ -160,6 +169,12 @@ fn run<T: Transport>(
     let mut last_work = start;
     let mut last_timer = start;
     let mut prev_work = 1usize;
+    // Busy/idle time: each pass is charged, at the start of the next, to busy when it
+    // found work and to idle when not; time asleep in epoll is always idle. Plain
+    // locals, published once per pass (a store each, no read-modify-write).
+    let mut pass_start = start;
+    let mut busy_ns = 0u64;
+    let mut idle_ns = 0u64;
     debug!(group = rt.index, mode = ?rt.mode, "{} poll group running", T::NAME);
     while !stop.load(Ordering::Acquire) {
         let mut work = 0usize;
@@ -171,6 +186,15 @@ fn run<T: Transport>(
         }
         let mut now = Instant::now();
         rt.ex.now = now;
+        let pass_ns = nanos(now.saturating_duration_since(pass_start));
+        if prev_work > 0 {
+            busy_ns += pass_ns;
+        } else {
+            idle_ns += pass_ns;
+        }
+        stats::set(&rt.stats.busy_ns, busy_ns);
+        stats::set(&rt.stats.idle_ns, idle_ns);
+        pass_start = now;
         let spin = match rt.mode {
             PollMode::Poll => true,
             PollMode::Adaptive => now.duration_since(last_work) < ADAPTIVE_SPIN,
@@ -187,7 +211,10 @@ fn run<T: Transport>(
                 bump(&rt.stats.sleeps, 1);
                 work += rt.wait_events(&mut t, EpollTimeout::from(MAX_SLEEP_MS));
                 // The clock moved while asleep (timers, the adaptive spin window).
-                now = Instant::now();
+                let woke = Instant::now();
+                idle_ns += nanos(woke.saturating_duration_since(now));
+                pass_start = woke;
+                now = woke;
             } else if T::RECEIVE_BY_EVENTS {
                 work += rt.wait_events(&mut t, EpollTimeout::ZERO);
             }
@@ -320,8 +347,10 @@ impl<T: Transport> Runtime<T> {
                 if q.ctx.qid.is_admin() {
                     if q.ctx.keep_alive_paused() {
                         ctrl.touch(now);
-                    } else {
-                        ctrl.check_keep_alive(now);
+                    } else if ctrl.check_keep_alive(now) {
+                        self.target
+                            .metrics
+                            .event(crate::metrics::Event::KeepAliveExpired, ctrl);
                     }
                 }
                 if let Some(why) = q.ctx.auth_expired(now) {

@@ -59,6 +59,10 @@ counters! {
     buffers_in_use,
     /// Times the thread blocked waiting for work.
     sleeps,
+    /// Nanoseconds spent in loop passes that found work (CPU busy).
+    busy_ns,
+    /// Nanoseconds spent in passes that found none, asleep or spinning (CPU idle).
+    idle_ns,
     /// Commands answered after the shutdown began (they were already executing).
     drained,
     /// Capsules that arrived after shutdown began and were not executed.
