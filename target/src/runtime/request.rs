@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use tracing::{debug, warn};
 
-use nvmf_common::types::Qid;
+use nvmf_common::types::{Nsid, Qid};
 use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sqe::{self, SQE_LEN};
@@ -504,7 +504,20 @@ impl<T: Transport> Runtime<T> {
         let Some(slot) = q.slots.get(usize::from(si)) else {
             return;
         };
-        let ns = slot.req.namespace();
+        // A command that failed before it took its namespace (a range check, say) is
+        // still the namespace's when its NSID names one; the lookup is off the hot
+        // path (only commands without a namespace get here).
+        let looked_up;
+        let ns = match slot.req.namespace() {
+            Some(n) => Some(n),
+            None => {
+                let nsid = slot.req.cmd().nsid();
+                looked_up = (nsid != 0 && nsid != Nsid::BROADCAST.0)
+                    .then(|| ctrl.subsys.namespace(Nsid(nsid)))
+                    .flatten();
+                looked_up.as_ref()
+            }
+        };
         let instance = ns.map_or(0, |n| n.instance);
         let cell = match q.cells.iter().find(|(i, _)| *i == instance) {
             Some((_, c)) => c,
