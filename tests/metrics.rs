@@ -77,9 +77,7 @@ fn parse_with_python(text: &str) -> Vec<Sample> {
         .unwrap_or_else(|| panic!("stdin"))
         .write_all(text.as_bytes())
         .unwrap_or_else(|e| panic!("{e}"));
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
     assert!(
         out.status.success(),
         "the parsers refused the scrape: {}\n{text}",
@@ -110,7 +108,12 @@ fn value(samples: &[Sample], parser: &str, name: &str, want: &[(&str, &str)]) ->
                 .all(|(k, v)| s.labels.get(*k).and_then(|x| x.as_str()) == Some(*v))
         })
         .collect();
-    assert_eq!(hits.len(), 1, "{parser} {name} {want:?}: {} samples", hits.len());
+    assert_eq!(
+        hits.len(),
+        1,
+        "{parser} {name} {want:?}: {} samples",
+        hits.len()
+    );
     hits[0].value
 }
 
@@ -122,8 +125,11 @@ fn scrape_counts_what_the_hosts_did() {
          subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n    namespaces:\n      - {{ nsid: 1, device_path: \"ram:16M\" }}\n"
     );
     let t = start_live(&yaml, None);
-    let metrics = MetricsServer::start(t.target.clone(), "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("metrics: {e}"));
+    let metrics = MetricsServer::start(
+        t.target.clone(),
+        "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("metrics: {e}"));
     let sock = tmp_path("metrics.sock");
     let _ctl = CtlServer::start(t.live.clone(), &sock).unwrap_or_else(|e| panic!("ctl: {e}"));
     let before = ctl::request(&sock, &ctl::Request::Metrics)
@@ -158,13 +164,17 @@ fn scrape_counts_what_the_hosts_did() {
     // Host 1's I/O queue closed when its run ended: wait until the target saw it.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while h1_io_queues(&t.target) != 0 {
-        assert!(std::time::Instant::now() < deadline, "host 1's I/O queue never closed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "host 1's I/O queue never closed"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
     let (head, text) = scrape(metrics.local_addr());
     assert!(
-        head.to_ascii_lowercase().contains("content-type: application/openmetrics-text"),
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
         "{head}"
     );
     assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
@@ -173,19 +183,51 @@ fn scrape_counts_what_the_hosts_did() {
     let h2n = host(2).0.to_string();
     for parser in ["openmetrics", "prometheus"] {
         let io = |name: &str, h: &str, op: &str| {
-            value(&samples, parser, name, &[("subsystem", SUB), ("nsid", "1"), ("host", h), ("port", "1"), ("opcode", op)])
+            value(
+                &samples,
+                parser,
+                name,
+                &[
+                    ("subsystem", SUB),
+                    ("nsid", "1"),
+                    ("host", h),
+                    ("port", "1"),
+                    ("opcode", op),
+                ],
+            )
         };
-        assert_eq!(io("nvmf_commands_total", &h1n, "write"), IOS as f64, "{parser}");
-        assert_eq!(io("nvmf_commands_total", &h1n, "read"), IOS as f64, "{parser}");
-        assert_eq!(io("nvmf_data_bytes_total", &h1n, "write"), (IOS * BS) as f64, "{parser}");
-        assert_eq!(io("nvmf_data_bytes_total", &h1n, "read"), (IOS * BS) as f64, "{parser}");
+        assert_eq!(
+            io("nvmf_commands_total", &h1n, "write"),
+            IOS as f64,
+            "{parser}"
+        );
+        assert_eq!(
+            io("nvmf_commands_total", &h1n, "read"),
+            IOS as f64,
+            "{parser}"
+        );
+        assert_eq!(
+            io("nvmf_data_bytes_total", &h1n, "write"),
+            (IOS * BS) as f64,
+            "{parser}"
+        );
+        assert_eq!(
+            io("nvmf_data_bytes_total", &h1n, "read"),
+            (IOS * BS) as f64,
+            "{parser}"
+        );
         assert_eq!(io("nvmf_commands_total", &h2n, "read"), 1.0, "{parser}");
         assert_eq!(io("nvmf_data_bytes_total", &h2n, "read"), 0.0, "{parser}");
         let err = value(
             &samples,
             parser,
             "nvmf_errors_total",
-            &[("host", &h2n), ("nsid", "1"), ("sct", "generic"), ("sc", LBA_OUT_OF_RANGE)],
+            &[
+                ("host", &h2n),
+                ("nsid", "1"),
+                ("sct", "generic"),
+                ("sc", LBA_OUT_OF_RANGE),
+            ],
         );
         assert_eq!(err, 1.0, "{parser}");
         assert!(
@@ -195,18 +237,35 @@ fn scrape_counts_what_the_hosts_did() {
             "host 1 had no errors"
         );
         // Histograms: the +Inf bucket and the count are every read (write) of host 1.
-        for (hist, n) in [("nvmf_read_latency_seconds", IOS), ("nvmf_write_latency_seconds", IOS)] {
+        for (hist, n) in [
+            ("nvmf_read_latency_seconds", IOS),
+            ("nvmf_write_latency_seconds", IOS),
+        ] {
             let lab = [("host", h1n.as_str()), ("nsid", "1")];
-            assert_eq!(value(&samples, parser, &format!("{hist}_count"), &lab), n as f64);
+            assert_eq!(
+                value(&samples, parser, &format!("{hist}_count"), &lab),
+                n as f64
+            );
             let mut inf = lab.to_vec();
             inf.push(("le", "+Inf"));
-            assert_eq!(value(&samples, parser, &format!("{hist}_bucket"), &inf), n as f64);
+            assert_eq!(
+                value(&samples, parser, &format!("{hist}_bucket"), &inf),
+                n as f64
+            );
             assert!(value(&samples, parser, &format!("{hist}_sum"), &lab) > 0.0);
         }
         for (h, ioqs) in [(&h1n, 0.0), (&h2n, 1.0)] {
             let lab = [("subsystem", SUB), ("host", h.as_str()), ("port", "1")];
-            assert_eq!(value(&samples, parser, "nvmf_connections", &lab), 1.0, "{parser} {h}");
-            assert_eq!(value(&samples, parser, "nvmf_io_queues", &lab), ioqs, "{parser} {h}");
+            assert_eq!(
+                value(&samples, parser, "nvmf_connections", &lab),
+                1.0,
+                "{parser} {h}"
+            );
+            assert_eq!(
+                value(&samples, parser, "nvmf_io_queues", &lab),
+                ioqs,
+                "{parser} {h}"
+            );
         }
         let busy: f64 = samples
             .iter()
@@ -222,7 +281,15 @@ fn scrape_counts_what_the_hosts_did() {
         .and_then(|r| r.metrics)
         .unwrap_or_else(|| panic!("no metrics from the admin socket"));
     let screen = nvmf_target::live::top::render(&before, &after);
-    for want in ["POLL GROUP", "SUBSYSTEM", "NAMESPACE", "HOST", SUB, "r_await", "aqu-sz"] {
+    for want in [
+        "POLL GROUP",
+        "SUBSYSTEM",
+        "NAMESPACE",
+        "HOST",
+        SUB,
+        "r_await",
+        "aqu-sz",
+    ] {
         assert!(screen.contains(want), "{want} missing from:\n{screen}");
     }
     let ns_row = screen
@@ -255,20 +322,29 @@ fn only_get_metrics_is_served() {
          subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n"
     );
     let t = start_live(&yaml, None);
-    let m = MetricsServer::start(t.target.clone(), "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("metrics: {e}"));
+    let m = MetricsServer::start(
+        t.target.clone(),
+        "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("metrics: {e}"));
     let ask = |req: &str| {
         let mut s = TcpStream::connect(m.local_addr()).unwrap_or_else(|e| panic!("{e}"));
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap_or_else(|e| panic!("{e}"));
-        s.write_all(req.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        s.write_all(req.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
     };
-    assert!(ask("GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 404"));
-    assert!(ask("POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-        .starts_with("HTTP/1.1 405"));
+    assert!(
+        ask("GET /other HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .starts_with("HTTP/1.1 404")
+    );
+    assert!(ask(
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .starts_with("HTTP/1.1 405"));
     assert!(ask("garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
     // Still serving after the bad ones.
     let (_, text) = scrape(m.local_addr());

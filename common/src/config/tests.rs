@@ -874,6 +874,8 @@ fn metrics_section() {
         e.to_string(),
         "configs/x.yaml:2:3: metrics.listen: \"localhost\" is not ADDR:PORT (e.g. 127.0.0.1:9464 or [::1]:9464)"
     );
-    let e = error_of(&format!("metrics:\n  listen: 127.0.0.1:1\n  port: 3\n{base}"));
+    let e = error_of(&format!(
+        "metrics:\n  listen: 127.0.0.1:1\n  port: 3\n{base}"
+    ));
     assert!(e.to_string().contains("configs/x.yaml:3:3"), "{e}");
 }

@@ -118,8 +118,7 @@ fn short(name: &str) -> String {
     format!("…{tail}")
 }
 
-const IO_HEADER: &str =
-    "     r/s      w/s  other/s  rMB/s  wMB/s r_await w_await aqu-sz";
+const IO_HEADER: &str = "     r/s      w/s  other/s  rMB/s  wMB/s r_await w_await aqu-sz";
 
 fn io_cols(r: &Rates) -> String {
     format!(
@@ -178,8 +177,16 @@ pub fn render(prev: &Snapshot, cur: &Snapshot) -> String {
         };
         let (busy, idle) = (d(|c| c.busy_ns), d(|c| c.idle_ns));
         let total = busy + idle;
-        let busy_pct = if total > 0.0 { 100.0 * busy / total } else { 0.0 };
-        let cmds = if secs > 0.0 { d(|c| c.commands) / secs } else { 0.0 };
+        let busy_pct = if total > 0.0 {
+            100.0 * busy / total
+        } else {
+            0.0
+        };
+        let cmds = if secs > 0.0 {
+            d(|c| c.commands) / secs
+        } else {
+            0.0
+        };
         let _ = writeln!(
             out,
             "{:<NAME_WIDTH$} {:>6.1} {:>6.1} {:>7} {:>9.0} {:>5}",
@@ -314,7 +321,9 @@ fn quit_requested(d: Duration) -> bool {
                 match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&stdin), &mut b) {
                     Ok(0) => return true,
                     Ok(n) => {
-                        if b.get(..n).is_some_and(|k| k.iter().any(|c| QUIT_KEYS.contains(c))) {
+                        if b.get(..n)
+                            .is_some_and(|k| k.iter().any(|c| QUIT_KEYS.contains(c)))
+                        {
                             return true;
                         }
                     }
@@ -342,7 +351,10 @@ pub fn run(path: &Path, args: &TopArgs) -> Result<(), String> {
     let mut done = 0u64;
     let guard = if tty { Some(TermGuard::enter()?) } else { None };
     if guard.is_some() {
-        print!("{HOME_CLEAR}nvmf-target top: first sample in {:.1} s (q quits)\r\n", args.interval);
+        print!(
+            "{HOME_CLEAR}nvmf-target top: first sample in {:.1} s (q quits)\r\n",
+            args.interval
+        );
         let _ = std::io::stdout().flush();
     }
     loop {

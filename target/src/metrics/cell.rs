@@ -247,6 +247,9 @@ mod tests {
         assert_eq!(s.classes[CLASS_OTHER].commands, ERROR_SLOTS as u64 + 3);
         assert_eq!(s.errors.first(), Some(&(0x0002, 1)));
         assert_eq!(s.errors.last(), Some(&(ERROR_OVERFLOW, 4)));
-        assert_eq!(s.errors.iter().map(|e| e.1).sum::<u64>(), ERROR_SLOTS as u64 + 4);
+        assert_eq!(
+            s.errors.iter().map(|e| e.1).sum::<u64>(),
+            ERROR_SLOTS as u64 + 4
+        );
     }
 }

@@ -118,7 +118,10 @@ impl SnapshotCollector {
         for (k, s) in &series {
             for (class, c) in s.classes.iter().enumerate().take(CLASSES) {
                 let mut l = io_labels(k);
-                l.push(("opcode", CLASS_NAMES.get(class).unwrap_or(&"other").to_string()));
+                l.push((
+                    "opcode",
+                    CLASS_NAMES.get(class).unwrap_or(&"other").to_string(),
+                ));
                 counter(&mut e, &l, c.commands)?;
             }
         }
@@ -131,7 +134,10 @@ impl SnapshotCollector {
         for (k, s) in &series {
             for (class, c) in s.classes.iter().enumerate().take(CLASSES) {
                 let mut l = io_labels(k);
-                l.push(("opcode", CLASS_NAMES.get(class).unwrap_or(&"other").to_string()));
+                l.push((
+                    "opcode",
+                    CLASS_NAMES.get(class).unwrap_or(&"other").to_string(),
+                ));
                 counter(&mut e, &l, c.bytes)?;
             }
         }
@@ -155,8 +161,16 @@ impl SnapshotCollector {
             }
         }
         for (class, name, help) in [
-            (CLASS_READ, "read_latency_seconds", "Read latency, capsule to response."),
-            (CLASS_WRITE, "write_latency_seconds", "Write latency, capsule to response."),
+            (
+                CLASS_READ,
+                "read_latency_seconds",
+                "Read latency, capsule to response.",
+            ),
+            (
+                CLASS_WRITE,
+                "write_latency_seconds",
+                "Write latency, capsule to response.",
+            ),
         ] {
             let mut e = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
             for (k, s) in &series {
@@ -170,12 +184,13 @@ impl SnapshotCollector {
                     .map(|(i, n)| (bucket_bound_seconds(i), *n))
                     .collect();
                 let count = c.buckets.iter().sum();
-                e.encode_family(&io_labels(k))?.encode_histogram::<NoLabelSet>(
-                    c.latency_ns as f64 / NS_PER_SEC,
-                    count,
-                    &buckets,
-                    None,
-                )?;
+                e.encode_family(&io_labels(k))?
+                    .encode_histogram::<NoLabelSet>(
+                        c.latency_ns as f64 / NS_PER_SEC,
+                        count,
+                        &buckets,
+                        None,
+                    )?;
             }
         }
         Ok(())

@@ -46,9 +46,8 @@ pub struct MetricsServer {
 impl MetricsServer {
     /// Binds `listen` (port 0: a free port) and serves `target`'s metrics.
     pub fn start(target: Arc<Target>, listen: SocketAddr) -> io::Result<MetricsServer> {
-        let listener = std::net::TcpListener::bind(listen).map_err(|e| {
-            io::Error::new(e.kind(), format!("metrics endpoint {listen}: {e}"))
-        })?;
+        let listener = std::net::TcpListener::bind(listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("metrics endpoint {listen}: {e}")))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let rt = tokio::runtime::Builder::new_current_thread()
