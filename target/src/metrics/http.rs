@@ -124,9 +124,9 @@ async fn serve(
                     TokioIo::new(stream),
                     service_fn(move |req| respond(target.clone(), req)),
                 );
-            match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
-                Ok(Err(e)) => debug!("metrics client: {e}"),
-                Ok(Ok(())) | Err(_) => {}
+            // A lifetime that ran out is not an error: the scraper reconnects.
+            if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+                debug!("metrics client: {e}");
             }
             drop(permit);
         });
