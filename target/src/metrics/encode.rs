@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry as PromRegistry;
 use nvmf_common::wire::status::Sct;
 
 use super::cell::{bucket_bound_seconds, ClassSnapshot, CLASSES, CLASS_NAMES, CLASS_READ};
-use super::cell::{CLASS_WRITE, ERROR_OVERFLOW};
+use super::cell::{CLASS_OTHER, CLASS_WRITE, ERROR_OVERFLOW};
 use super::{Event, Snapshot};
 
 /// Every family's name starts with this (`nvmf_commands_total`...).
@@ -81,6 +81,13 @@ fn gauge(e: &mut MetricEncoder<'_>, labels: &Labels, v: u64) -> std::fmt::Result
     e.encode_family(labels)?.encode_gauge(&v)
 }
 
+/// Reads and writes that name no namespace never happen (a failed one is charged to
+/// the namespace its NSID names): such always-zero series of nsid 0 are left out
+/// rather than printed for every host.
+fn unused(k: &SeriesKey, class: usize, c: &ClassSnapshot) -> bool {
+    k.1 == 0 && class != CLASS_OTHER && c.commands == 0
+}
+
 /// Counters of [`GroupCounters`](crate::runtime::GroupCounters) that are gauges.
 const GROUP_GAUGES: [&str; 2] = ["queues", "buffers_in_use"];
 /// Group counters exported in seconds rather than as raw nanoseconds.
@@ -117,6 +124,9 @@ impl SnapshotCollector {
         )?;
         for (k, s) in &series {
             for (class, c) in s.classes.iter().enumerate().take(CLASSES) {
+                if unused(k, class, c) {
+                    continue;
+                }
                 let mut l = io_labels(k);
                 l.push((
                     "opcode",
@@ -133,6 +143,9 @@ impl SnapshotCollector {
         )?;
         for (k, s) in &series {
             for (class, c) in s.classes.iter().enumerate().take(CLASSES) {
+                if unused(k, class, c) {
+                    continue;
+                }
                 let mut l = io_labels(k);
                 l.push((
                     "opcode",
@@ -174,7 +187,7 @@ impl SnapshotCollector {
         ] {
             let mut e = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
             for (k, s) in &series {
-                let Some(c) = s.classes.get(class) else {
+                let Some(c) = s.classes.get(class).filter(|c| !unused(k, class, c)) else {
                     continue;
                 };
                 let buckets: Vec<(f64, u64)> = c
