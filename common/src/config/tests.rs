@@ -879,3 +879,21 @@ fn metrics_section() {
     ));
     assert!(e.to_string().contains("configs/x.yaml:3:3"), "{e}");
 }
+
+#[test]
+fn example_metrics_block_validates_when_uncommented() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/");
+    for name in ["etc-nvmf-target.yaml", "tcp.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}{name}")).unwrap();
+        assert!(text.contains("# metrics:"), "{name}");
+        let on = text
+            .replace("# metrics:", "metrics:")
+            .replace("#   listen: 127.0.0.1:9464", "  listen: 127.0.0.1:9464");
+        let cfg = Config::from_yaml_str(&on, name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cfg.metrics.and_then(|m| m.socket_addr()),
+            Some("127.0.0.1:9464".parse().unwrap()),
+            "{name}"
+        );
+    }
+}
