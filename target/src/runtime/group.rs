@@ -72,6 +72,9 @@ pub struct Runtime<T: Transport> {
     pub index: usize,
     /// The group's name (its thread's), the `group` of its metrics.
     pub name: String,
+    /// This pass's monotonic clock in ns ([`stats::mono_ns`]): commands that arrive in
+    /// the pass are stamped with it.
+    pub now_ns: u64,
     pub target: Arc<Target>,
     pub ex: ExecCtx,
     pub pool: BufferPool,
@@ -130,6 +133,7 @@ pub fn spawn<T: Transport>(
     let rt = Runtime {
         index,
         name: thread_name.clone(),
+        now_ns: stats::mono_ns(),
         ex: ExecCtx::new(target.clone()),
         icd_slot: target.params.in_capsule_data_size as usize,
         mode: target.params.poll_mode,
@@ -153,11 +157,6 @@ pub fn spawn<T: Transport>(
     Ok((handle, thread))
 }
 
-/// A duration in nanoseconds, saturating (a pass never lasts 584 years).
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn run<T: Transport>(
     mut rt: Runtime<T>,
     mut t: T,
@@ -172,7 +171,7 @@ fn run<T: Transport>(
     // Busy/idle time: each pass is charged, at the start of the next, to busy when it
     // found work and to idle when not; time asleep in epoll is always idle. Plain
     // locals, published once per pass (a store each, no read-modify-write).
-    let mut pass_start = start;
+    let mut pass_start = stats::mono_ns();
     let mut busy_ns = 0u64;
     let mut idle_ns = 0u64;
     debug!(group = rt.index, mode = ?rt.mode, "{} poll group running", T::NAME);
@@ -186,7 +185,9 @@ fn run<T: Transport>(
         }
         let mut now = Instant::now();
         rt.ex.now = now;
-        let pass_ns = nanos(now.saturating_duration_since(pass_start));
+        let now_ns = stats::mono_ns();
+        rt.now_ns = now_ns;
+        let pass_ns = now_ns.saturating_sub(pass_start);
         if prev_work > 0 {
             busy_ns += pass_ns;
         } else {
@@ -194,7 +195,7 @@ fn run<T: Transport>(
         }
         stats::set(&rt.stats.busy_ns, busy_ns);
         stats::set(&rt.stats.idle_ns, idle_ns);
-        pass_start = now;
+        pass_start = now_ns;
         let spin = match rt.mode {
             PollMode::Poll => true,
             PollMode::Adaptive => now.duration_since(last_work) < ADAPTIVE_SPIN,
@@ -211,10 +212,10 @@ fn run<T: Transport>(
                 bump(&rt.stats.sleeps, 1);
                 work += rt.wait_events(&mut t, EpollTimeout::from(MAX_SLEEP_MS));
                 // The clock moved while asleep (timers, the adaptive spin window).
-                let woke = Instant::now();
-                idle_ns += nanos(woke.saturating_duration_since(now));
-                pass_start = woke;
-                now = woke;
+                let woke_ns = stats::mono_ns();
+                idle_ns += woke_ns.saturating_sub(now_ns);
+                pass_start = woke_ns;
+                now = Instant::now();
             } else if T::RECEIVE_BY_EVENTS {
                 work += rt.wait_events(&mut t, EpollTimeout::ZERO);
             }

@@ -17,7 +17,6 @@
 //! transport) keep the queue until they finish, then it is freed.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tracing::{debug, warn};
 
@@ -63,8 +62,9 @@ pub struct Slot<S> {
     pub host: HostData,
     /// The pool buffer holding the command's data.
     pub buf: Option<PoolBuf>,
-    /// When the capsule arrived (the pass's clock): the start of its latency.
-    pub start: Instant,
+    /// When the capsule arrived (the pass's clock, [`super::stats::mono_ns`]): the start
+    /// of its latency.
+    pub start: u64,
     pub t: S,
 }
 
@@ -75,7 +75,7 @@ impl<S: Default> Slot<S> {
             req: Request::new(),
             host: HostData::None,
             buf: None,
-            start: Instant::now(),
+            start: 0,
             t: S::default(),
         }
     }
@@ -233,7 +233,7 @@ impl<T: Transport> Runtime<T> {
         icd: InCapsule<'_>,
     ) {
         bump(&self.stats.commands, 1);
-        let now = self.ex.now;
+        let now = self.now_ns;
         let draining = self.draining();
         let icd_slot = self.icd_slot;
         let target = &self.target;
@@ -544,8 +544,7 @@ impl<T: Transport> Runtime<T> {
         let ok = req.status.is_success();
         let bytes = if ok { u64::from(req.plan.len) } else { 0 };
         let error = (!ok).then(|| u16::from(req.status.sct.bits()) << 8 | u16::from(req.status.sc));
-        let latency = Instant::now().saturating_duration_since(slot.start);
-        let latency_ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        let latency_ns = stats::mono_ns().saturating_sub(slot.start);
         cell.record(class, bytes, latency_ns, error);
     }
 
