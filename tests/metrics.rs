@@ -350,3 +350,91 @@ fn only_get_metrics_is_served() {
     let (_, text) = scrape(m.local_addr());
     assert!(text.contains("# TYPE nvmf_commands counter"));
 }
+
+/// Waits until `target`'s snapshot counts `event` for `host` (returns the count).
+fn wait_event(
+    target: &nvmf_target::target::Target,
+    event: nvmf_target::metrics::Event,
+    host: &str,
+) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: u64 = nvmf_target::metrics::snapshot(target)
+            .events
+            .iter()
+            .filter(|(k, _)| k.event == event && k.host == host)
+            .map(|(_, n)| n)
+            .sum();
+        if n > 0 || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn keep_alive_expiry_is_counted() {
+    use nvmf_common::types::{Cntlid, Qid};
+    use nvmf_initiator::command;
+    use nvmf_tests::{config, exec, hostnqn, raw_queue, start, TEST_HOSTID};
+    const KATO_MS: u32 = 300;
+    let env = start(&config(&["ram:16M"]));
+    let mut q = raw_queue(&env, 0, 32);
+    let buf = env.fabric.alloc(1024).unwrap_or_else(|e| panic!("{e}"));
+    buf.write_at(
+        0,
+        &command::connect_data(TEST_HOSTID, Cntlid::DYNAMIC, &env.nqn, &hostnqn()),
+    );
+    let c = exec(
+        &mut q,
+        command::connect(Qid(0), 31, KATO_MS),
+        Some(&buf),
+        DataDir::ToCtrl,
+    );
+    assert!(c.status.is_success(), "connect: {}", c.status);
+    // Silence past KATO: the target ends the association and counts it once.
+    let n = wait_event(
+        &env.target.target,
+        nvmf_target::metrics::Event::KeepAliveExpired,
+        &hostnqn().to_string(),
+    );
+    assert_eq!(n, 1);
+    drop(q);
+}
+
+#[test]
+fn authentication_failure_is_counted() {
+    use nvmf_common::auth::{DhchapSecret, HashId, HostKeys};
+    use std::os::unix::fs::PermissionsExt;
+    let key = |n| DhchapSecret::generate(Some(HashId::Sha256), n).unwrap_or_else(|e| panic!("{e}"));
+    let (right, wrong) = (key(32), key(32));
+    let file = tmp_path("metrics-auth.key");
+    std::fs::write(&file, right.to_interchange().as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (h, _) = host(1);
+    let port = free_port();
+    let t = start_live(
+        &format!(
+            "ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: {port}, subsystems: [{SUB}] }}\n\
+             subsystems:\n  - nqn: {SUB}\n    allowed_hosts: [\"{h}\"]\n\
+             hosts:\n  - nqn: \"{h}\"\n    dhchap_key_file: {}\n",
+            file.display()
+        ),
+        None,
+    );
+    let sub = Nqn::new(SUB).unwrap_or_else(|e| panic!("{e}"));
+    let mut o = nvmf_tests::ops_support::options_as(1, &sub, 1, 5000);
+    o.dhchap = Some(HostKeys {
+        host_key: wrong,
+        ctrl_key: None,
+    });
+    assert!(nvmf_initiator::controller::Controller::connect(t.fabric(1), o).is_err());
+    let n = wait_event(
+        &t.target,
+        nvmf_target::metrics::Event::AuthFailed,
+        &h.to_string(),
+    );
+    assert_eq!(n, 1);
+    let _ = std::fs::remove_file(file);
+}
