@@ -4,6 +4,9 @@
 //! families), so a series is one (subsystem, namespace, host, port) and the number of
 //! series does not grow with the groups. Subsystem, host or port totals are a
 //! `sum by (...)` away in PromQL.
+//!
+//! Ownership: none kept; [`encode`] formats the snapshot it is handed, on the
+//! control-plane thread that asked.
 
 use std::collections::BTreeMap;
 

@@ -97,11 +97,20 @@ impl Registry {
     }
 
     /// A poll group started: its counters are read by name from now on (until the
-    /// group and its handles are gone).
-    pub fn add_group(&self, name: String, stats: &Arc<GroupStats>) {
+    /// group and its handles are gone). Returns the name it is known by: `name`, or
+    /// `name-2`... while a live group holds `name` (one RDMA server per device names
+    /// its groups alike). Cells are keyed by this name, so each keeps one writer.
+    pub fn add_group(&self, name: String, stats: &Arc<GroupStats>) -> String {
         let mut g = self.groups.lock();
-        g.retain(|(n, w)| w.strong_count() > 0 && *n != name);
-        g.push((name, Arc::downgrade(stats)));
+        g.retain(|(_, w)| w.strong_count() > 0);
+        let mut unique = name.clone();
+        let mut n = 2;
+        while g.iter().any(|(x, _)| *x == unique) {
+            unique = format!("{name}-{n}");
+            n += 1;
+        }
+        g.push((unique.clone(), Arc::downgrade(stats)));
+        unique
     }
 
     /// Counts one `event` of `ctrl`.
@@ -200,5 +209,27 @@ pub fn snapshot(target: &Target) -> Snapshot {
             .map(|(k, v)| (k.clone(), *v))
             .collect(),
         namespaces,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_with_one_name_get_distinct_names_while_alive() {
+        let r = Registry::default();
+        let (a, b) = (
+            Arc::new(GroupStats::default()),
+            Arc::new(GroupStats::default()),
+        );
+        assert_eq!(r.add_group("nvmf-pg0".into(), &a), "nvmf-pg0");
+        assert_eq!(r.add_group("nvmf-pg0".into(), &b), "nvmf-pg0-2");
+        drop(a);
+        drop(b);
+        // Both gone: a restarted group takes the plain name (and its old cells) again.
+        let c = Arc::new(GroupStats::default());
+        assert_eq!(r.add_group("nvmf-pg0".into(), &c), "nvmf-pg0");
+        assert_eq!(r.groups().len(), 1);
     }
 }

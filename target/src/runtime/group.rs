@@ -128,11 +128,11 @@ pub fn spawn<T: Transport>(
         load: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     };
     let stats = Arc::new(GroupStats::default());
-    target.metrics.add_group(thread_name.clone(), &stats);
+    let name = target.metrics.add_group(thread_name.clone(), &stats);
     let handle = GroupHandle::new(index, tx, &inbox, stats.clone(), t.shared());
     let rt = Runtime {
         index,
-        name: thread_name.clone(),
+        name,
         now_ns: stats::mono_ns(),
         ex: ExecCtx::new(target.clone()),
         icd_slot: target.params.in_capsule_data_size as usize,
