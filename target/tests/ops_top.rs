@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:top";
-/// Size of the tmux window (wide enough for a whole row).
-const COLS: &str = "160";
+/// Size of the tmux window (narrower than a row: the view cuts lines to fit).
+const COLS: &str = "100";
 const ROWS: &str = "50";
 /// How long the view gets to draw or to exit.
 const PATIENCE: Duration = Duration::from_secs(20);

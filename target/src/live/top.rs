@@ -303,6 +303,42 @@ impl Drop for TermGuard {
     }
 }
 
+nix::ioctl_read_bad!(tiocgwinsz, libc::TIOCGWINSZ, libc::winsize);
+
+/// The terminal's (columns, rows), when stdout is one that says.
+fn term_size() -> Option<(usize, usize)> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&std::io::stdout());
+    // SAFETY: TIOCGWINSZ only writes one `winsize` into `ws`, which outlives the call;
+    // `fd` is this process's stdout, open for the whole call.
+    let r = unsafe { tiocgwinsz(fd, &mut ws) };
+    match r {
+        Ok(_) if ws.ws_col > 0 && ws.ws_row > 0 => {
+            Some((usize::from(ws.ws_col), usize::from(ws.ws_row)))
+        }
+        _ => None,
+    }
+}
+
+/// `screen` cut to the terminal, so nothing wraps or scrolls the view away; lines in
+/// raw mode end with a carriage return too.
+fn fit(screen: &str, size: Option<(usize, usize)>) -> String {
+    let (cols, rows) = size.unwrap_or((usize::MAX, usize::MAX));
+    // The last row holds the "(q quits)" hint.
+    let body_rows = rows.saturating_sub(1);
+    let mut out = String::new();
+    for line in screen.lines().take(body_rows) {
+        out.extend(line.chars().take(cols));
+        out.push_str("\r\n");
+    }
+    out
+}
+
 /// Waits up to `d` for a key; true when it is one of [`QUIT_KEYS`] (or stdin ended).
 fn quit_requested(d: Duration) -> bool {
     let stdin = std::io::stdin();
@@ -372,8 +408,7 @@ pub fn run(path: &Path, args: &TopArgs) -> Result<(), String> {
         let screen = render(&prev, &cur);
         let mut o = std::io::stdout();
         let written = if guard.is_some() {
-            // Raw mode: each line needs its carriage return.
-            let body = screen.replace('\n', "\r\n");
+            let body = fit(&screen, term_size());
             write!(o, "{HOME_CLEAR}{body}(q quits)").and_then(|()| o.flush())
         } else {
             writeln!(o, "{screen}").and_then(|()| o.flush())
@@ -384,5 +419,64 @@ pub fn run(path: &Path, args: &TopArgs) -> Result<(), String> {
         }
         prev = cur;
         done += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{CellKey, CellSnapshot};
+
+    fn snap(uptime_s: u64, reads: u64, bytes: u64, lat_ns: u64) -> Snapshot {
+        let class = |commands, bytes, latency_ns| ClassSnapshot {
+            commands,
+            bytes,
+            latency_ns,
+            buckets: Vec::new(),
+        };
+        Snapshot {
+            uptime_ns: uptime_s * 1_000_000_000,
+            cells: vec![CellSnapshot {
+                key: CellKey {
+                    subsystem: "nqn.s".into(),
+                    nsid: 1,
+                    host: "nqn.h".into(),
+                    portid: 1,
+                    group: "g".into(),
+                },
+                classes: vec![class(reads, bytes, lat_ns), class(0, 0, 0), class(0, 0, 0)],
+                errors: Vec::new(),
+            }],
+            namespaces: vec![("nqn.s".into(), 1)],
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn rates_are_deltas_over_the_interval() {
+        // 1000 reads of 4 KiB in 2 s, 100 µs each: 500/s, 2.048 MB/s, QD 0.05.
+        let (a, b) = (snap(10, 0, 0, 0), snap(12, 1000, 4_096_000, 100_000_000));
+        let r = rates(&a.cells[0].classes, &b.cells[0].classes, 2.0);
+        assert_eq!(r.read_iops, 500.0);
+        assert!((r.read_mbps - 2.048).abs() < 1e-9);
+        assert!((r.read_await_us - 100.0).abs() < 1e-9);
+        assert!((r.queue_depth - 0.05).abs() < 1e-9);
+        let screen = render(&a, &b);
+        let row = screen
+            .lines()
+            .skip_while(|l| !l.starts_with("NAMESPACE"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            row.starts_with("nqn.s") && row.contains(" 500 "),
+            "{screen}"
+        );
+    }
+
+    #[test]
+    fn fit_cuts_to_the_terminal() {
+        let s = "abcdef\nghijkl\nmnopqr\n";
+        assert_eq!(fit(s, Some((3, 3))), "abc\r\nghi\r\n");
+        assert_eq!(fit(s, None), "abcdef\r\nghijkl\r\nmnopqr\r\n");
     }
 }
