@@ -8,6 +8,7 @@ pub mod core;
 pub mod fastmap;
 pub mod limits;
 pub mod live;
+pub mod metrics;
 pub mod params;
 pub mod rdma;
 pub mod resv;

@@ -19,6 +19,7 @@ use nvmf_target::live::ctl::{self, CtlServer};
 use nvmf_target::live::hooks::TcpPorts;
 use nvmf_target::live::rdma_hooks::{RdmaPorts, TransportPorts};
 use nvmf_target::live::Live;
+use nvmf_target::metrics::http::{MetricsServer, METRICS_PATH};
 use nvmf_target::params::PortInfo;
 use nvmf_target::rdma::{listen_addr, DevicePorts, RdmaServer};
 use nvmf_target::target::Target;
@@ -323,6 +324,19 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
         tcp: tcp_ports.clone(),
         rdma: rdma_ports.clone(),
     });
+    // The metrics endpoint is part of the control plane: a failure to bind it stops
+    // startup, as a port that cannot listen does (the operator asked for it).
+    let metrics = match cfg.metrics.as_ref() {
+        Some(m) => {
+            let addr = m
+                .socket_addr()
+                .ok_or_else(|| format!("metrics.listen {:?} is not ADDR:PORT", m.listen))?;
+            let s = MetricsServer::start(target.clone(), addr).map_err(|e| e.to_string())?;
+            println!("metrics at http://{}{}", s.local_addr(), METRICS_PATH);
+            Some(s)
+        }
+        None => None,
+    };
     let live = Live::new(target.clone(), cfg.clone(), hooks, config_path);
     let ctl_server = match CtlServer::start(live.clone(), ctl_socket) {
         Ok(s) => Some(s),
@@ -340,6 +354,7 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
     }
     info!("shutting down: no new connections; finishing commands in flight");
     drop(ctl_server);
+    drop(metrics);
     rdma_ports.shutdown();
     tcp_ports.shutdown();
     let synced = target.sync_backends();

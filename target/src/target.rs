@@ -44,6 +44,8 @@ pub struct Target {
     pub hosts: crate::auth::HostAuthDb,
     /// ANA states per port.
     pub ana: crate::ana::AnaPorts,
+    /// What the data path counts, for the metrics endpoint and `ctl top`.
+    pub metrics: crate::metrics::Registry,
 }
 
 /// A serial number derived from the NQN when the config gives none (20 hex digits).
@@ -93,6 +95,7 @@ impl Target {
             genctr: AtomicU64::new(1),
             hosts: crate::auth::HostAuthDb::default(),
             ana: crate::ana::AnaPorts::default(),
+            metrics: crate::metrics::Registry::default(),
         })
     }
 

@@ -27,6 +27,7 @@ mod ana;
 mod error;
 mod hosts;
 mod locate;
+mod metrics;
 mod serde_util;
 pub mod spec;
 mod tcp;
@@ -51,6 +52,7 @@ pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
 pub use hosts::{read_key_file, HostConfig, KeyText};
+pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
 pub use tcp::TcpConfig;
 pub use tls::{PortTls, Treq, Tsas};
 
@@ -592,6 +594,9 @@ pub struct Config {
     /// Hosts with DH-HMAC-CHAP keys ([`HostConfig`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostConfig>,
+    /// The metrics endpoint ([`MetricsConfig`]); None: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<MetricsConfig>,
     #[serde(skip)]
     source: Option<Arc<Source>>,
 }
@@ -603,6 +608,7 @@ impl PartialEq for Config {
             && self.ports == other.ports
             && self.subsystems == other.subsystems
             && self.hosts == other.hosts
+            && self.metrics == other.metrics
     }
 }
 
@@ -736,6 +742,7 @@ impl Config {
             }],
             subsystems: vec![subsystem],
             hosts: Vec::new(),
+            metrics: None,
             source: Some(Arc::new(Source {
                 origin: COMMAND_LINE_ORIGIN.to_string(),
                 text: None,

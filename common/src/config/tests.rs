@@ -854,3 +854,46 @@ fn dhchap_dhgroup_null_names_the_null_group_and_keys_are_checked() {
     );
     assert!(!e.contains("AAECAwQF"), "the error shows the key: {e}");
 }
+
+#[test]
+fn metrics_section() {
+    let base = "subsystems:\n  - nqn: nqn.2024-01.io.nvmf-rs:a\n    allow_any_host: true\n";
+    let off: Config = Config::from_yaml_str(base, "configs/x.yaml").unwrap();
+    assert_eq!(off.metrics, None);
+    let on = Config::from_yaml_str(
+        &format!("metrics:\n  listen: 127.0.0.1:0\n{base}"),
+        "configs/x.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        on.metrics.and_then(|m| m.socket_addr()),
+        Some("127.0.0.1:0".parse().unwrap())
+    );
+    let e = error_of(&format!("metrics:\n  listen: localhost\n{base}"));
+    assert_eq!(
+        e.to_string(),
+        "configs/x.yaml:2:3: metrics.listen: \"localhost\" is not ADDR:PORT (e.g. 127.0.0.1:9464 or [::1]:9464)"
+    );
+    let e = error_of(&format!(
+        "metrics:\n  listen: 127.0.0.1:1\n  port: 3\n{base}"
+    ));
+    assert!(e.to_string().contains("configs/x.yaml:3:3"), "{e}");
+}
+
+#[test]
+fn example_metrics_block_validates_when_uncommented() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/");
+    for name in ["etc-nvmf-target.yaml", "tcp.yaml"] {
+        let text = std::fs::read_to_string(format!("{dir}{name}")).unwrap();
+        assert!(text.contains("# metrics:"), "{name}");
+        let on = text
+            .replace("# metrics:", "metrics:")
+            .replace("#   listen: 127.0.0.1:9464", "  listen: 127.0.0.1:9464");
+        let cfg = Config::from_yaml_str(&on, name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cfg.metrics.and_then(|m| m.socket_addr()),
+            Some("127.0.0.1:9464".parse().unwrap()),
+            "{name}"
+        );
+    }
+}

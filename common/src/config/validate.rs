@@ -48,6 +48,7 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
     let root = KeyPath::root();
     check_transport(&mut c, config, &root.key("transport"));
     check_tcp(&mut c, config, &root.key("tcp"));
+    check_metrics(&mut c, config, &root.key("metrics"));
 
     check_hosts(&mut c, config, &root.key("hosts"));
     check_ana(&mut c, config);
@@ -277,6 +278,22 @@ fn check_tcp(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
                 "{} is too small for PDUs of {largest} bytes: at least {}",
                 tc.arena_bytes,
                 4 * largest
+            ),
+        );
+    }
+}
+
+/// `metrics.listen` must be an `ADDR:PORT` socket address (port 0: any free port).
+fn check_metrics(c: &mut Checker<'_>, config: &Config, m: &KeyPath) {
+    let Some(mc) = &config.metrics else { return };
+    if mc.socket_addr().is_none() {
+        c.err(
+            &m.key("listen"),
+            format!(
+                "{:?} is not ADDR:PORT (e.g. 127.0.0.1:{} or [::1]:{})",
+                mc.listen,
+                super::METRICS_EXAMPLE_PORT,
+                super::METRICS_EXAMPLE_PORT
             ),
         );
     }

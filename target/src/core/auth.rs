@@ -132,10 +132,15 @@ pub(super) fn send(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Res
             %qid, cntlid = %ctrl.cntlid, host = %ctrl.hostnqn,
             "DH-HMAC-CHAP failed: {what} ({reason})"
         ),
-        SendEvent::HostFailed { reason } => warn!(
-            %qid, cntlid = %ctrl.cntlid, host = %ctrl.hostnqn,
-            "host abandoned DH-HMAC-CHAP (AUTH_Failure2: {reason})"
-        ),
+        SendEvent::HostFailed { reason } => {
+            warn!(
+                %qid, cntlid = %ctrl.cntlid, host = %ctrl.hostnqn,
+                "host abandoned DH-HMAC-CHAP (AUTH_Failure2: {reason})"
+            );
+            ex.target
+                .metrics
+                .event(crate::metrics::Event::AuthFailed, &ctrl);
+        }
     }
     after(q, &ctrl, ex.now);
     Ok(())
@@ -152,6 +157,9 @@ pub(super) fn receive(q: &mut QueueCtx, ex: &ExecCtx, req: &mut Request) -> Resu
             req.write_data(0, &bytes);
             if let ReceiveEvent::Failure1 { reason } = ev {
                 warn!(qid = %q.qid, cntlid = %ctrl.cntlid, host = %ctrl.hostnqn, "AUTH_Failure1 sent: {reason}");
+                ex.target
+                    .metrics
+                    .event(crate::metrics::Event::AuthFailed, &ctrl);
             }
         }
         Err(e @ ReceiveError::TooSmall { .. }) => {

@@ -143,6 +143,11 @@ impl Request {
         self.cmd().opcode()
     }
 
+    /// The namespace the command targets, once parsed (I/O commands).
+    pub fn namespace(&self) -> Option<&Arc<Namespace>> {
+        self.ns.as_ref()
+    }
+
     /// Fails the request with `status`.
     pub fn fail(&mut self, status: Status) {
         self.status = status;

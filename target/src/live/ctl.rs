@@ -14,7 +14,11 @@
 //! {"op":"set-ana","portid":2,"grpid":1,"state":"inaccessible"}
 //! {"op":"reload"}
 //! {"op":"status"}
+//! {"op":"metrics"}
 //! ```
+//!
+//! `metrics` answers with the counters ([`crate::metrics::Snapshot`]) that `ctl top`
+//! turns into rates.
 //!
 //! The socket is created mode 0600: whoever can write it administers the target.
 
@@ -84,6 +88,8 @@ pub enum Request {
     },
     Reload,
     Status,
+    /// The data-path counters (for `ctl top`).
+    Metrics,
 }
 
 /// The answer: `ok` with what changed (or the status view), or the reason for refusal.
@@ -96,6 +102,8 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<StatusView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<crate::metrics::Snapshot>,
 }
 
 impl Response {
@@ -106,6 +114,7 @@ impl Response {
                 changes,
                 error: None,
                 status: None,
+                metrics: None,
             },
             Err(e) => Response::error(e),
         }
@@ -117,6 +126,7 @@ impl Response {
             changes: Vec::new(),
             error: Some(e),
             status: None,
+            metrics: None,
         }
     }
 }
@@ -130,6 +140,16 @@ pub fn handle(live: &Live, req: &Request) -> Response {
                 changes: Vec::new(),
                 error: None,
                 status: Some(live.status()),
+                metrics: None,
+            }
+        }
+        Request::Metrics => {
+            return Response {
+                ok: true,
+                changes: Vec::new(),
+                error: None,
+                status: None,
+                metrics: Some(crate::metrics::snapshot(live.target())),
             }
         }
         Request::Reload => return Response::from_result(live.reload()),
@@ -254,6 +274,8 @@ fn serve_one(live: &Live, stream: UnixStream) -> std::io::Result<()> {
     let mut line = String::new();
     BufReader::new(std::io::Read::take(&stream, MAX_REQUEST)).read_line(&mut line)?;
     let resp = match serde_json::from_str::<Request>(line.trim()) {
+        // `ctl top` asks every interval: not worth a log line each time.
+        Ok(Request::Metrics) => handle(live, &Request::Metrics),
         Ok(req) => {
             info!(?req, "admin request");
             handle(live, &req)
@@ -330,6 +352,14 @@ pub enum CtlCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Live view per poll group, subsystem, namespace and host: IOPS, bandwidth,
+    /// latency, queue depth, poll-group CPU. A full-screen view on a terminal (q or
+    /// Ctrl-C quits); plain-text snapshots otherwise.
+    ///
+    /// Examples:
+    ///   nvmf-target ctl top
+    ///   nvmf-target ctl top --interval 2 --iterations 5 > top.txt
+    Top(super::top::TopArgs),
 }
 
 impl CtlCommand {
@@ -370,6 +400,7 @@ impl CtlCommand {
             },
             CtlCommand::Reload => Request::Reload,
             CtlCommand::Status { .. } => Request::Status,
+            CtlCommand::Top(_) => Request::Metrics,
         }
     }
 }
@@ -388,6 +419,15 @@ fn absolute(p: PathBuf) -> PathBuf {
 /// Runs `cmd` against the target at `path`, prints the outcome; returns whether it
 /// succeeded.
 pub fn run_client(path: &Path, cmd: &CtlCommand) -> bool {
+    if let CtlCommand::Top(args) = cmd {
+        return match super::top::run(path, args) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("nvmf-target: {e}");
+                false
+            }
+        };
+    }
     match request(path, &cmd.request()) {
         Ok(resp) if resp.ok => {
             match (&resp.status, cmd) {

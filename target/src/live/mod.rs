@@ -18,6 +18,7 @@ pub mod hooks;
 mod plan;
 pub mod rdma_hooks;
 pub mod status;
+pub mod top;
 
 use std::path::PathBuf;
 use std::sync::Arc;

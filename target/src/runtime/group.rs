@@ -70,6 +70,11 @@ pub type Handle<T> = GroupHandle<<T as Transport>::NewQueue, <T as Transport>::S
 /// the buffer waiters and the counters.
 pub struct Runtime<T: Transport> {
     pub index: usize,
+    /// The group's name (its thread's), the `group` of its metrics.
+    pub name: String,
+    /// This pass's monotonic clock in ns ([`stats::mono_ns`]): commands that arrive in
+    /// the pass are stamped with it.
+    pub now_ns: u64,
     pub target: Arc<Target>,
     pub ex: ExecCtx,
     pub pool: BufferPool,
@@ -123,9 +128,12 @@ pub fn spawn<T: Transport>(
         load: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     };
     let stats = Arc::new(GroupStats::default());
+    let name = target.metrics.add_group(thread_name.clone(), &stats);
     let handle = GroupHandle::new(index, tx, &inbox, stats.clone(), t.shared());
     let rt = Runtime {
         index,
+        name,
+        now_ns: stats::mono_ns(),
         ex: ExecCtx::new(target.clone()),
         icd_slot: target.params.in_capsule_data_size as usize,
         mode: target.params.poll_mode,
@@ -160,6 +168,12 @@ fn run<T: Transport>(
     let mut last_work = start;
     let mut last_timer = start;
     let mut prev_work = 1usize;
+    // Busy/idle time: each pass is charged, at the start of the next, to busy when it
+    // found work and to idle when not; time asleep in epoll is always idle. Plain
+    // locals, published once per pass (a store each, no read-modify-write).
+    let mut pass_start = stats::mono_ns();
+    let mut busy_ns = 0u64;
+    let mut idle_ns = 0u64;
     debug!(group = rt.index, mode = ?rt.mode, "{} poll group running", T::NAME);
     while !stop.load(Ordering::Acquire) {
         let mut work = 0usize;
@@ -171,6 +185,17 @@ fn run<T: Transport>(
         }
         let mut now = Instant::now();
         rt.ex.now = now;
+        let now_ns = stats::mono_ns();
+        rt.now_ns = now_ns;
+        let pass_ns = now_ns.saturating_sub(pass_start);
+        if prev_work > 0 {
+            busy_ns += pass_ns;
+        } else {
+            idle_ns += pass_ns;
+        }
+        stats::set(&rt.stats.busy_ns, busy_ns);
+        stats::set(&rt.stats.idle_ns, idle_ns);
+        pass_start = now_ns;
         let spin = match rt.mode {
             PollMode::Poll => true,
             PollMode::Adaptive => now.duration_since(last_work) < ADAPTIVE_SPIN,
@@ -187,6 +212,9 @@ fn run<T: Transport>(
                 bump(&rt.stats.sleeps, 1);
                 work += rt.wait_events(&mut t, EpollTimeout::from(MAX_SLEEP_MS));
                 // The clock moved while asleep (timers, the adaptive spin window).
+                let woke_ns = stats::mono_ns();
+                idle_ns += woke_ns.saturating_sub(now_ns);
+                pass_start = woke_ns;
                 now = Instant::now();
             } else if T::RECEIVE_BY_EVENTS {
                 work += rt.wait_events(&mut t, EpollTimeout::ZERO);
@@ -320,8 +348,10 @@ impl<T: Transport> Runtime<T> {
                 if q.ctx.qid.is_admin() {
                     if q.ctx.keep_alive_paused() {
                         ctrl.touch(now);
-                    } else {
-                        ctrl.check_keep_alive(now);
+                    } else if ctrl.check_keep_alive(now) {
+                        self.target
+                            .metrics
+                            .event(crate::metrics::Event::KeepAliveExpired, ctrl);
                     }
                 }
                 if let Some(why) = q.ctx.auth_expired(now) {

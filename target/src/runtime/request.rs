@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use tracing::{debug, warn};
 
-use nvmf_common::types::Qid;
+use nvmf_common::types::{Nsid, Qid};
 use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sqe::{self, SQE_LEN};
@@ -32,6 +32,8 @@ use super::stats::{self, bump};
 use super::{tag, tag_parts, PoolBuf, Transport};
 use crate::backend::{BackendError, DmaSlice};
 use crate::core::{self, DataDir, Outcome, QueueCtx, Request};
+use crate::metrics::cell::{IoCell, CLASS_OTHER, CLASS_READ, CLASS_WRITE};
+use nvmf_common::wire::nvm;
 
 /// Where a command is in its life cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +62,9 @@ pub struct Slot<S> {
     pub host: HostData,
     /// The pool buffer holding the command's data.
     pub buf: Option<PoolBuf>,
+    /// When the capsule arrived (the pass's clock, [`super::stats::mono_ns`]): the start
+    /// of its latency.
+    pub start: u64,
     pub t: S,
 }
 
@@ -70,6 +75,7 @@ impl<S: Default> Slot<S> {
             req: Request::new(),
             host: HostData::None,
             buf: None,
+            start: 0,
             t: S::default(),
         }
     }
@@ -86,6 +92,9 @@ pub struct Queue<T: Transport> {
     /// In-capsule data copied out of the transport's receive buffer (NVMe/TCP),
     /// `icd_slot` bytes per slot, allocated on first use.
     icd: Option<Arc<DmaBuffer>>,
+    /// Metrics cells of this queue's controller, per namespace instance (0: commands
+    /// without a namespace); found once, then used without a lock.
+    cells: Vec<(u64, Arc<IoCell>)>,
     pub t: T::Queue,
 }
 
@@ -142,6 +151,7 @@ impl<T: Transport> Runtime<T> {
             connected: false,
             dead: false,
             icd: None,
+            cells: Vec::new(),
             t: tq,
         };
         let qi = match self.queues.iter().position(Option::is_none) {
@@ -223,6 +233,7 @@ impl<T: Transport> Runtime<T> {
         icd: InCapsule<'_>,
     ) {
         bump(&self.stats.commands, 1);
+        let now = self.now_ns;
         let draining = self.draining();
         let icd_slot = self.icd_slot;
         let target = &self.target;
@@ -237,6 +248,7 @@ impl<T: Transport> Runtime<T> {
             return;
         };
         slot.state = ReqState::New;
+        slot.start = now;
         slot.req.reset(sqe_bytes);
         slot.host = HostData::None;
         if draining {
@@ -474,7 +486,66 @@ impl<T: Transport> Runtime<T> {
             return;
         };
         slot.state = ReqState::TransferringControllerToHost;
+        self.account(qi, si);
         t.send_response(self, qi, si);
+    }
+
+    /// Counts a command of a connected queue in its metrics cell: class, bytes,
+    /// latency and error status. One clock read and a few owned stores.
+    fn account(&mut self, qi: u16, si: u16) {
+        let target = &self.target;
+        let group = &self.name;
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
+        let Some(ctrl) = q.ctx.ctrl.as_ref() else {
+            return;
+        };
+        let Some(slot) = q.slots.get(usize::from(si)) else {
+            return;
+        };
+        // A command that failed before it took its namespace (a range check, say) is
+        // still the namespace's when its NSID names one; the lookup is off the hot
+        // path (only commands without a namespace get here).
+        let looked_up;
+        let ns = match slot.req.namespace() {
+            Some(n) => Some(n),
+            None => {
+                let nsid = slot.req.cmd().nsid();
+                looked_up = (nsid != 0 && nsid != Nsid::BROADCAST.0)
+                    .then(|| ctrl.subsys.namespace(Nsid(nsid)))
+                    .flatten();
+                looked_up.as_ref()
+            }
+        };
+        let instance = ns.map_or(0, |n| n.instance);
+        let cell = match q.cells.iter().find(|(i, _)| *i == instance) {
+            Some((_, c)) => c,
+            None => {
+                let nsid = ns.map_or(0, |n| n.nsid.0);
+                q.cells
+                    .push((instance, target.metrics.cell_for(ctrl, nsid, group)));
+                match q.cells.last() {
+                    Some((_, c)) => c,
+                    None => return,
+                }
+            }
+        };
+        let req = &slot.req;
+        let class = if q.ctx.qid.is_admin() {
+            CLASS_OTHER
+        } else {
+            match req.opcode() {
+                nvm::opcode::READ => CLASS_READ,
+                nvm::opcode::WRITE => CLASS_WRITE,
+                _ => CLASS_OTHER,
+            }
+        };
+        let ok = req.status.is_success();
+        let bytes = if ok { u64::from(req.plan.len) } else { 0 };
+        let error = (!ok).then(|| u16::from(req.status.sct.bits()) << 8 | u16::from(req.status.sc));
+        let latency_ns = stats::mono_ns().saturating_sub(slot.start);
+        cell.record(class, bytes, latency_ns, error);
     }
 
     /// The transport is done with slot `si`'s response: the slot is free again, and a

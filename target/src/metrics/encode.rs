@@ -1,0 +1,328 @@
+//! A [`Snapshot`] as OpenMetrics text, through `prometheus-client`'s encoder.
+//!
+//! Cells are summed over poll groups here (the `group` dimension has its own
+//! families), so a series is one (subsystem, namespace, host, port) and the number of
+//! series does not grow with the groups. Subsystem, host or port totals are a
+//! `sum by (...)` away in PromQL.
+//!
+//! Ownership: none kept; [`encode`] formats the snapshot it is handed, on the
+//! control-plane thread that asked.
+
+use std::collections::BTreeMap;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry as PromRegistry;
+
+use nvmf_common::wire::status::Sct;
+
+use super::cell::{bucket_bound_seconds, ClassSnapshot, CLASSES, CLASS_NAMES, CLASS_READ};
+use super::cell::{CLASS_OTHER, CLASS_WRITE, ERROR_OVERFLOW};
+use super::{Event, Snapshot};
+
+/// Every family's name starts with this (`nvmf_commands_total`...).
+pub const PREFIX: &str = "nvmf";
+/// The content type of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const NS_PER_SEC: f64 = 1e9;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// (subsystem, nsid, host, portid)
+type SeriesKey = (String, u32, String, u16);
+
+#[derive(Default)]
+struct Series {
+    classes: Vec<ClassSnapshot>,
+    errors: BTreeMap<u16, u64>,
+}
+
+/// Encodes `snap` as OpenMetrics text (ending with `# EOF`).
+pub fn encode(snap: Snapshot) -> Result<String, std::fmt::Error> {
+    let mut reg = PromRegistry::with_prefix(PREFIX);
+    reg.register_collector(Box::new(SnapshotCollector(snap)));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct SnapshotCollector(Snapshot);
+
+fn io_labels(k: &SeriesKey) -> Labels {
+    vec![
+        ("subsystem", k.0.clone()),
+        ("nsid", k.1.to_string()),
+        ("host", k.2.clone()),
+        ("port", k.3.to_string()),
+    ]
+}
+
+fn sct_name(sct: Sct) -> &'static str {
+    match sct {
+        Sct::Generic => "generic",
+        Sct::CommandSpecific => "command_specific",
+        Sct::MediaError => "media_error",
+        Sct::PathRelated => "path_related",
+        Sct::VendorSpecific => "vendor_specific",
+        Sct::Reserved(_) => "reserved",
+    }
+}
+
+fn counter(e: &mut MetricEncoder<'_>, labels: &Labels, v: u64) -> std::fmt::Result {
+    e.encode_family(labels)?
+        .encode_counter::<NoLabelSet, u64, u64>(&v, None)
+}
+
+fn counter_f(e: &mut MetricEncoder<'_>, labels: &Labels, v: f64) -> std::fmt::Result {
+    e.encode_family(labels)?
+        .encode_counter::<NoLabelSet, f64, f64>(&v, None)
+}
+
+fn gauge(e: &mut MetricEncoder<'_>, labels: &Labels, v: u64) -> std::fmt::Result {
+    e.encode_family(labels)?.encode_gauge(&v)
+}
+
+/// Reads and writes that name no namespace never happen (a failed one is charged to
+/// the namespace its NSID names): such always-zero series of nsid 0 are left out
+/// rather than printed for every host.
+fn unused(k: &SeriesKey, class: usize, c: &ClassSnapshot) -> bool {
+    k.1 == 0 && class != CLASS_OTHER && c.commands == 0
+}
+
+/// Counters of [`GroupCounters`](crate::runtime::GroupCounters) that are gauges.
+const GROUP_GAUGES: [&str; 2] = ["queues", "buffers_in_use"];
+/// Group counters exported in seconds rather than as raw nanoseconds.
+const GROUP_NANOS: [&str; 2] = ["busy_ns", "idle_ns"];
+
+impl SnapshotCollector {
+    fn series(&self) -> BTreeMap<SeriesKey, Series> {
+        let mut m: BTreeMap<SeriesKey, Series> = BTreeMap::new();
+        for c in &self.0.cells {
+            let k = &c.key;
+            let s = m
+                .entry((k.subsystem.clone(), k.nsid, k.host.clone(), k.portid))
+                .or_default();
+            if s.classes.len() < c.classes.len() {
+                s.classes.resize(c.classes.len(), ClassSnapshot::default());
+            }
+            for (a, b) in s.classes.iter_mut().zip(&c.classes) {
+                a.add(b);
+            }
+            for (st, n) in &c.errors {
+                *s.errors.entry(*st).or_insert(0) += n;
+            }
+        }
+        m
+    }
+
+    fn encode_io(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let series = self.series();
+        let mut e = enc.encode_descriptor(
+            "commands",
+            "Commands answered, by opcode class (read, write, other).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (k, s) in &series {
+            for (class, c) in s.classes.iter().enumerate().take(CLASSES) {
+                if unused(k, class, c) {
+                    continue;
+                }
+                let mut l = io_labels(k);
+                l.push((
+                    "opcode",
+                    CLASS_NAMES.get(class).unwrap_or(&"other").to_string(),
+                ));
+                counter(&mut e, &l, c.commands)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "data_bytes",
+            "Data bytes moved by successful commands, by opcode class.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (k, s) in &series {
+            for (class, c) in s.classes.iter().enumerate().take(CLASSES) {
+                if unused(k, class, c) {
+                    continue;
+                }
+                let mut l = io_labels(k);
+                l.push((
+                    "opcode",
+                    CLASS_NAMES.get(class).unwrap_or(&"other").to_string(),
+                ));
+                counter(&mut e, &l, c.bytes)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "errors",
+            "Commands answered with an error status, by status code type and code.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (k, s) in &series {
+            for (st, n) in &s.errors {
+                let mut l = io_labels(k);
+                if *st == ERROR_OVERFLOW {
+                    l.push(("sct", "other".into()));
+                    l.push(("sc", "other".into()));
+                } else {
+                    l.push(("sct", sct_name(Sct::from_bits((st >> 8) as u8)).into()));
+                    l.push(("sc", format!("0x{:02x}", st & 0xff)));
+                }
+                counter(&mut e, &l, *n)?;
+            }
+        }
+        for (class, name, help) in [
+            (
+                CLASS_READ,
+                "read_latency_seconds",
+                "Read latency, capsule to response.",
+            ),
+            (
+                CLASS_WRITE,
+                "write_latency_seconds",
+                "Write latency, capsule to response.",
+            ),
+        ] {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for (k, s) in &series {
+                let Some(c) = s.classes.get(class).filter(|c| !unused(k, class, c)) else {
+                    continue;
+                };
+                let buckets: Vec<(f64, u64)> = c
+                    .buckets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (bucket_bound_seconds(i), *n))
+                    .collect();
+                let count = c.buckets.iter().sum();
+                e.encode_family(&io_labels(k))?
+                    .encode_histogram::<NoLabelSet>(
+                        c.latency_ns as f64 / NS_PER_SEC,
+                        count,
+                        &buckets,
+                        None,
+                    )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_controllers(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        // (subsystem, host, port) -> (controllers, I/O queues)
+        let mut m: BTreeMap<(String, String, u16), (u64, u64)> = BTreeMap::new();
+        for c in &self.0.controllers {
+            let e = m
+                .entry((c.subsystem.clone(), c.host.clone(), c.portid))
+                .or_default();
+            e.0 += 1;
+            e.1 += c.io_queues as u64;
+        }
+        let labels = |k: &(String, String, u16)| -> Labels {
+            vec![
+                ("subsystem", k.0.clone()),
+                ("host", k.1.clone()),
+                ("port", k.2.to_string()),
+            ]
+        };
+        let mut e = enc.encode_descriptor(
+            "connections",
+            "Live controllers (associations).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (k, v) in &m {
+            gauge(&mut e, &labels(k), v.0)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "io_queues",
+            "Connected I/O queues.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (k, v) in &m {
+            gauge(&mut e, &labels(k), v.1)?;
+        }
+        for (event, name, help) in [
+            (
+                Event::KeepAliveExpired,
+                "keep_alive_expiries",
+                "Controllers ended by an expired keep-alive timer.",
+            ),
+            (
+                Event::AuthFailed,
+                "auth_failures",
+                "Failed DH-HMAC-CHAP authentications.",
+            ),
+        ] {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (k, n) in self.0.events.iter().filter(|(k, _)| k.event == event) {
+                let l = vec![
+                    ("subsystem", k.subsystem.clone()),
+                    ("host", k.host.clone()),
+                    ("port", k.portid.to_string()),
+                ];
+                counter(&mut e, &l, *n)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_groups(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let Some(first) = self.0.groups.first() else {
+            return Ok(());
+        };
+        for (name, _) in first.counters.fields() {
+            let (family, ty, help) = if GROUP_NANOS.contains(&name) {
+                let base = name.trim_end_matches("_ns");
+                (
+                    format!("poll_group_{base}_seconds"),
+                    MetricType::Counter,
+                    format!("Poll-group time {base} (seconds)."),
+                )
+            } else if GROUP_GAUGES.contains(&name) {
+                (
+                    format!("poll_group_{name}"),
+                    MetricType::Gauge,
+                    format!("Poll-group gauge {name}."),
+                )
+            } else {
+                (
+                    format!("poll_group_{name}"),
+                    MetricType::Counter,
+                    format!("Poll-group counter {name}."),
+                )
+            };
+            let mut e = enc.encode_descriptor(&family, &help, None, ty)?;
+            for g in &self.0.groups {
+                let v = g
+                    .counters
+                    .fields()
+                    .into_iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0, |(_, v)| v);
+                let l = vec![("group", g.name.clone())];
+                if GROUP_NANOS.contains(&name) {
+                    counter_f(&mut e, &l, v as f64 / NS_PER_SEC)?;
+                } else if GROUP_GAUGES.contains(&name) {
+                    gauge(&mut e, &l, v)?;
+                } else {
+                    counter(&mut e, &l, v)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.encode_io(&mut enc)?;
+        self.encode_controllers(&mut enc)?;
+        self.encode_groups(&mut enc)
+    }
+}

@@ -1,0 +1,235 @@
+//! Metrics: what the data path counts, and how the control plane reads it.
+//!
+//! Ownership and cost:
+//!
+//! - Per command, the poll group that answers it updates one [`IoCell`] it alone
+//!   writes (relaxed loads and stores, a fixed-bucket latency histogram; no lock, no
+//!   allocation). A queue finds its cells once per namespace ([`Registry::cell`], the
+//!   only lock, taken on a queue's first command to a namespace) and keeps them.
+//! - Per poll-group pass, the group's own [`GroupStats`] (busy and idle time, queues,
+//!   commands...), registered here by name when the group starts.
+//! - Rare events (keep-alive expiries, authentication failures) take a lock:
+//!   [`Registry::event`].
+//!
+//! Readers (the HTTP endpoint [`http`], `ctl top` through the admin socket) take a
+//! [`Snapshot`]: every cell and group copied, plus the controllers from the target;
+//! aggregation into subsystems, namespaces, hosts and ports happens there, at scrape
+//! time ([`encode`]).
+
+pub mod cell;
+pub mod encode;
+pub mod http;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+pub use cell::{CellKey, CellSnapshot, ClassSnapshot, IoCell};
+
+use crate::controller::Controller;
+use crate::runtime::{GroupCounters, GroupStats};
+use crate::target::Target;
+
+/// Rare per-controller events counted by [`Registry::event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    /// The keep-alive timer of a controller expired (the association ended).
+    KeepAliveExpired,
+    /// DH-HMAC-CHAP failed: the target refused the host, or the host the target.
+    AuthFailed,
+}
+
+/// Where a counted event happened.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EventKey {
+    pub event: Event,
+    pub subsystem: String,
+    pub host: String,
+    pub portid: u16,
+}
+
+/// The target's metrics: cells, poll groups and event counts (see the module docs).
+pub struct Registry {
+    started: Instant,
+    cells: Mutex<Vec<Arc<IoCell>>>,
+    groups: Mutex<Vec<(String, Weak<GroupStats>)>>,
+    events: Mutex<BTreeMap<EventKey, u64>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            started: Instant::now(),
+            cells: Mutex::new(Vec::new()),
+            groups: Mutex::new(Vec::new()),
+            events: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl Registry {
+    /// The cell of `key`, made on first use. Cells live as long as the target, so
+    /// counters never go backwards when queues come and go; their number is bounded
+    /// by subsystems x namespaces x hosts x ports x poll groups.
+    pub fn cell(&self, key: CellKey) -> Arc<IoCell> {
+        let mut cells = self.cells.lock();
+        if let Some(c) = cells.iter().find(|c| c.key == key) {
+            return c.clone();
+        }
+        let c = Arc::new(IoCell::new(key));
+        cells.push(c.clone());
+        c
+    }
+
+    /// The cell for commands of `ctrl` to namespace `nsid` answered by `group`.
+    pub fn cell_for(&self, ctrl: &Controller, nsid: u32, group: &str) -> Arc<IoCell> {
+        self.cell(CellKey {
+            subsystem: ctrl.subsys.nqn.to_string(),
+            nsid,
+            host: ctrl.hostnqn.to_string(),
+            portid: ctrl.port.portid,
+            group: group.to_string(),
+        })
+    }
+
+    /// A poll group started: its counters are read by name from now on (until the
+    /// group and its handles are gone). Returns the name it is known by: `name`, or
+    /// `name-2`... while a live group holds `name` (one RDMA server per device names
+    /// its groups alike). Cells are keyed by this name, so each keeps one writer.
+    pub fn add_group(&self, name: String, stats: &Arc<GroupStats>) -> String {
+        let mut g = self.groups.lock();
+        g.retain(|(_, w)| w.strong_count() > 0);
+        let mut unique = name.clone();
+        let mut n = 2;
+        while g.iter().any(|(x, _)| *x == unique) {
+            unique = format!("{name}-{n}");
+            n += 1;
+        }
+        g.push((unique.clone(), Arc::downgrade(stats)));
+        unique
+    }
+
+    /// Counts one `event` of `ctrl`.
+    pub fn event(&self, event: Event, ctrl: &Controller) {
+        let key = EventKey {
+            event,
+            subsystem: ctrl.subsys.nqn.to_string(),
+            host: ctrl.hostnqn.to_string(),
+            portid: ctrl.port.portid,
+        };
+        *self.events.lock().entry(key).or_insert(0) += 1;
+    }
+
+    fn groups(&self) -> Vec<GroupRow> {
+        self.groups
+            .lock()
+            .iter()
+            .filter_map(|(name, w)| {
+                w.upgrade().map(|s| GroupRow {
+                    name: name.clone(),
+                    counters: s.snapshot(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// One poll group's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRow {
+    pub name: String,
+    pub counters: GroupCounters,
+}
+
+/// One live controller: where it is, and its queues.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerRow {
+    pub subsystem: String,
+    pub host: String,
+    pub portid: u16,
+    pub cntlid: u16,
+    pub io_queues: usize,
+}
+
+/// Everything a reader needs, copied at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Nanoseconds since the target started (rates divide deltas by its delta).
+    pub uptime_ns: u64,
+    pub groups: Vec<GroupRow>,
+    pub cells: Vec<CellSnapshot>,
+    pub controllers: Vec<ControllerRow>,
+    pub events: Vec<(EventKey, u64)>,
+    /// Every namespace served, as (subsystem, nsid), so idle ones show too.
+    pub namespaces: Vec<(String, u32)>,
+}
+
+/// Takes a [`Snapshot`] of `target`.
+pub fn snapshot(target: &Target) -> Snapshot {
+    let reg = &target.metrics;
+    let cells = {
+        let cells = reg.cells.lock();
+        cells.iter().map(|c| c.snapshot()).collect()
+    };
+    let mut controllers = Vec::new();
+    let mut namespaces = Vec::new();
+    let mut subsystems = target.subsystems();
+    subsystems.push(target.discovery.clone());
+    for s in &subsystems {
+        for n in s.namespaces() {
+            namespaces.push((s.nqn.to_string(), n.nsid.0));
+        }
+        for c in s.controllers() {
+            if c.is_dead() {
+                continue;
+            }
+            controllers.push(ControllerRow {
+                subsystem: s.nqn.to_string(),
+                host: c.hostnqn.to_string(),
+                portid: c.port.portid,
+                cntlid: c.cntlid.0,
+                io_queues: c.connected_io_queues(),
+            });
+        }
+    }
+    controllers.sort_by(|a, b| (&a.subsystem, a.cntlid).cmp(&(&b.subsystem, b.cntlid)));
+    Snapshot {
+        uptime_ns: u64::try_from(reg.started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        groups: reg.groups(),
+        cells,
+        controllers,
+        events: reg
+            .events
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        namespaces,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_with_one_name_get_distinct_names_while_alive() {
+        let r = Registry::default();
+        let (a, b) = (
+            Arc::new(GroupStats::default()),
+            Arc::new(GroupStats::default()),
+        );
+        assert_eq!(r.add_group("nvmf-pg0".into(), &a), "nvmf-pg0");
+        assert_eq!(r.add_group("nvmf-pg0".into(), &b), "nvmf-pg0-2");
+        drop(a);
+        drop(b);
+        // Both gone: a restarted group takes the plain name (and its old cells) again.
+        let c = Arc::new(GroupStats::default());
+        assert_eq!(r.add_group("nvmf-pg0".into(), &c), "nvmf-pg0");
+        assert_eq!(r.groups().len(), 1);
+    }
+}
