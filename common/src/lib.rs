@@ -10,6 +10,7 @@ pub mod auth;
 #[cfg(feature = "cli-docs")]
 pub mod cli_docs;
 pub mod config;
+pub mod cpus;
 pub mod tls;
 pub mod transport;
 pub mod types;

@@ -18,6 +18,8 @@ pub struct TargetParams {
     pub max_io_size: u32,
     pub poll_mode: PollMode,
     pub poll_groups: usize,
+    /// CPUs the poll groups are pinned to, round-robin (`transport.cpus`).
+    pub cpus: Option<nvmf_common::cpus::CpuList>,
     /// Largest KATO a host may ask for, in ms.
     pub max_kato_ms: u32,
     /// How long a DH-HMAC-CHAP transaction may stall, in ms.
@@ -34,6 +36,7 @@ impl TargetParams {
             max_io_size: t.max_io_size,
             poll_mode: t.poll_mode,
             poll_groups: t.poll_groups,
+            cpus: t.cpus.clone(),
             max_kato_ms: t.keep_alive_timeout_ms,
             auth_timeout_ms: t.auth_timeout_ms,
         }

@@ -204,6 +204,10 @@ pub struct TransportConfig {
     pub poll_mode: PollMode,
     /// Worker threads serving queues: 1..=256.
     pub poll_groups: usize,
+    /// CPUs the poll groups are pinned to (`"0-3,6"` or a list), group `i` to the
+    /// `i`-th taken round-robin; unpinned when absent (SPDK's core mask, `-m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<crate::cpus::CpuList>,
     /// Largest keep-alive timeout (ms) a host may ask for; hosts choose their KATO.
     pub keep_alive_timeout_ms: u32,
     /// How long (ms) a DH-HMAC-CHAP transaction may wait for the host's next message
@@ -223,6 +227,7 @@ impl Default for TransportConfig {
             max_io_size: 1 << 20,
             poll_mode: PollMode::Adaptive,
             poll_groups: 1,
+            cpus: None,
             keep_alive_timeout_ms: 120_000,
             auth_timeout_ms: 30_000,
         }

@@ -89,6 +89,8 @@ fn example_configs_say_what_they_should() {
         .collect();
     assert_eq!(ns, ["ram:1G", "null:1G"]);
     assert_eq!(lo.ports[0].trtype, TrType::Loopback);
+    // Its comment says the transport values it shows are the defaults.
+    assert_eq!(lo.transport, TransportConfig::default());
 
     let file = load("file.yaml");
     let s = &file.subsystems[0];
@@ -896,4 +898,24 @@ fn example_metrics_block_validates_when_uncommented() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn poll_group_cpus_parse_and_unusable_cpus_are_refused() {
+    let c = Config::from_yaml_str(&format!("{BASE}transport:\n  cpus: \"0\"\n"), ORIGIN).unwrap();
+    assert_eq!(
+        c.transport.cpus.as_ref().map(|l| l.cpus().to_vec()),
+        Some(vec![0])
+    );
+    let e = error_of(&format!(
+        "{BASE}transport:\n  cpus: \"{}\"\n",
+        crate::cpus::MAX_CPU
+    ));
+    assert!(
+        e.to_string()
+            .starts_with("configs/x.yaml:14:3: transport.cpus: CPU 8191 is not available"),
+        "{e}"
+    );
+    let e = error_of(&format!("{BASE}transport:\n  cpus: \"1-0\"\n"));
+    assert!(e.to_string().contains("runs backwards"), "{e}");
 }

@@ -154,6 +154,17 @@ fn check_transport(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
     );
     check_range(c, &t.key("max_io_queues"), tc.max_io_queues, 1, 1024);
     check_range(c, &t.key("poll_groups"), tc.poll_groups, 1, 256);
+    if let Some(cpus) = &tc.cpus {
+        // Refused here rather than when a poll group fails to pin itself at start.
+        let missing = cpus.not_allowed();
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(usize::to_string).collect();
+            c.err(
+                &t.key("cpus"),
+                format!("CPU {} is not available to this process", list.join(", ")),
+            );
+        }
+    }
 
     let icd = tc.in_capsule_data_size;
     let icd_path = t.key("in_capsule_data_size");

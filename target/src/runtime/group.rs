@@ -151,9 +151,20 @@ pub fn spawn<T: Transport>(
         load: inbox.load.clone(),
         wake: inbox.wake.clone(),
     };
+    let cpu = rt.target.params.cpus.as_ref().map(|l| l.for_index(index));
     let thread = std::thread::Builder::new()
         .name(thread_name)
-        .spawn(move || run(rt, t, inbox, stop))?;
+        .spawn(move || {
+            if let Some(cpu) = cpu {
+                // The config check refused CPUs this process may not use; a failure
+                // here (CPU taken offline since) leaves the group unpinned, not down.
+                match nvmf_common::cpus::pin_current_thread(cpu) {
+                    Ok(()) => info!(group = index, cpu, "poll group pinned"),
+                    Err(e) => warn!(group = index, cpu, "cannot pin poll group: {e}"),
+                }
+            }
+            run(rt, t, inbox, stop)
+        })?;
     Ok((handle, thread))
 }
 
