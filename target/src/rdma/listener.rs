@@ -69,7 +69,14 @@ pub struct QueueRequest {
 }
 
 /// Validates the CM request private data; `Err` is the NVMe/RDMA reject status.
+///
+/// Compared with nvmet (`nvmet_rdma_parse_cm_connect_req`) and SPDK
+/// (`nvmf_rdma_connect`), see docs/peers.md: a QID or HSQSIZE out of range is refused
+/// here, where both peers refuse the same host at its Connect instead; HRQSIZE only
+/// has to be non-zero.
 pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u16> {
+    // SPDK refuses private data shorter than the 32-byte request (nvmet only an
+    // empty one); we refuse as SPDK does.
     if pd.len() < CM_REQ_LEN {
         return Err(reject_status::INVALID_PRIVATE_DATA_LENGTH);
     }
@@ -79,6 +86,9 @@ pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u
     }
     let qid = r.qid();
     let p = &target.params;
+    // Neither peer checks QID or HSQSIZE here; both refuse the Connect that follows
+    // (QID above the limit, SQSIZE 0 or above MQES). We refuse on purpose one step
+    // earlier, before allocating the queue's buffers.
     if qid > p.max_io_queues {
         return Err(reject_status::INVALID_QID);
     }
@@ -91,7 +101,11 @@ pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u
     if r.hsqsize() == 0 || recv_depth > u32::from(limit) {
         return Err(reject_status::INVALID_HSQSIZE);
     }
-    if r.hrqsize() == 0 || u32::from(r.hrqsize()) > u32::from(limit) {
+    // HRQSIZE is the host's receive queue: it costs us nothing, so any size is fine,
+    // larger than ours or other than HSQSIZE + 1 (nvmet and SPDK accept both). Zero
+    // (a host that can take no response) nvmet and SPDK accept and then fail to use;
+    // we refuse it on purpose.
+    if r.hrqsize() == 0 {
         return Err(reject_status::INVALID_HRQSIZE);
     }
     Ok(QueueRequest {
