@@ -25,7 +25,8 @@ use nvmf_common::wire::rdma::{cm_request, reject_status, CmReject, CM_REQ_LEN};
 use nvmf_common::wire::status::{cmd_specific, generic, Sct};
 use nvmf_initiator::command;
 use nvmf_initiator::queue::{Completion, Queue};
-use nvmf_initiator::transport::DataDir;
+use nvmf_initiator::transport::rdma::RdmaFabric;
+use nvmf_initiator::transport::{DataDir, Fabric, QueueParams};
 use nvmf_tests::raw_tcp::CC_ENABLE;
 use nvmf_tests::{assert_serves, config, exec, hostnqn, raw_queue, start, Env, TEST_HOSTID};
 
@@ -107,6 +108,9 @@ struct Case {
     /// Whether another host can still connect afterwards (false when the case used up
     /// the controller ids).
     others_served: bool,
+    /// The case's transport queue goes to the second port (which [`second_port`]
+    /// adds) instead of the first.
+    on_second_port: bool,
 }
 
 fn case(before: Before, queue: u16, data: fn(&Ctx) -> Vec<u8>, expect: Expect) -> Case {
@@ -119,6 +123,7 @@ fn case(before: Before, queue: u16, data: fn(&Ctx) -> Vec<u8>, expect: Expect) -
         cfg: |_| {},
         then: |_, _| {},
         others_served: true,
+        on_second_port: false,
     }
 }
 
@@ -139,6 +144,11 @@ impl Case {
         self.others_served = false;
         self
     }
+    fn on_second_port(mut self) -> Case {
+        self.on_second_port = true;
+        self.cfg = second_port;
+        self
+    }
 }
 
 /// Connect for the transport queue's QID, 32 entries.
@@ -155,7 +165,12 @@ fn connect_data(x: &Ctx) -> Vec<u8> {
 
 /// Sends a Connect `sqe` with the Connect data `d` on `q`.
 fn send_connect(env: &Env, q: &mut Queue, sqe: [u8; 64], d: &[u8]) -> Completion {
-    let buf = env.fabric.alloc(d.len()).unwrap_or_else(|e| panic!("{e}"));
+    send_connect_via(env.fabric.as_ref(), q, sqe, d)
+}
+
+/// [`send_connect`] on a queue of `fabric` (its buffers are registered there).
+fn send_connect_via(fabric: &dyn Fabric, q: &mut Queue, sqe: [u8; 64], d: &[u8]) -> Completion {
+    let buf = fabric.alloc(d.len()).unwrap_or_else(|e| panic!("{e}"));
     assert!(buf.write_at(0, d));
     exec(q, sqe, Some(&buf), DataDir::ToCtrl)
 }
@@ -188,6 +203,46 @@ fn admin_up(env: &Env, nqn: &Nqn) -> (Queue, Cntlid) {
     (admin, cntlid)
 }
 
+/// The port id [`second_port`] gives its port.
+const SECOND_PORTID: u16 = 2;
+
+/// Adds a second port exporting the subsystem.
+fn second_port(cfg: &mut Config) {
+    let mut p = cfg.ports[0].clone();
+    p.portid = SECOND_PORTID;
+    cfg.ports.push(p);
+}
+
+/// A host fabric reaching the port [`second_port`] added.
+fn second_port_fabric(env: &Env) -> Arc<dyn Fabric> {
+    let port = env
+        .target
+        .target
+        .ports()
+        .into_iter()
+        .find(|p| p.portid == SECOND_PORTID)
+        .unwrap_or_else(|| panic!("no port {SECOND_PORTID}"));
+    let dev: Arc<dyn Device> = env.target.device.clone();
+    let f = RdmaFabric::loopback(dev, nvmf_target::rdma::listen_addr(&port))
+        .unwrap_or_else(|e| panic!("{e}"));
+    Arc::new(f)
+}
+
+/// A 32-entry transport queue for `qid` on `fabric`.
+fn raw_queue_via(fabric: &dyn Fabric, qid: u16) -> Queue {
+    let t = fabric
+        .connect_queue(&QueueParams {
+            qid: Qid(qid),
+            depth: 32,
+            in_capsule_data: 0,
+            connect_timeout: Duration::from_secs(5),
+        })
+        .unwrap_or_else(|e| panic!("raw queue: {e}"));
+    let mut q = Queue::new(t);
+    q.set_timeout(Duration::from_secs(10));
+    q
+}
+
 /// Runs one row of the table against a fresh target.
 fn run(c: Case) {
     let mut cfg = config(&["ram:16M"]);
@@ -212,7 +267,11 @@ fn run(c: Case) {
         mqes: cfg.transport.max_queue_size - 1,
         max_io_queues: cfg.transport.max_io_queues,
     };
-    let mut q = raw_queue(&env, c.queue, 32);
+    let second = c.on_second_port.then(|| second_port_fabric(&env));
+    let mut q = match &second {
+        Some(f) => raw_queue_via(f.as_ref(), c.queue),
+        None => raw_queue(&env, c.queue, 32),
+    };
     // The first queue stays open (dropping it would free its QID again).
     let mut _other = None;
     match c.before {
@@ -228,7 +287,8 @@ fn run(c: Case) {
         }
         Before::Nothing | Before::Controller | Before::DiscoveryController => {}
     }
-    let r = send_connect(&env, &mut q, (c.sqe)(&x), &(c.data)(&x));
+    let fabric = second.clone().unwrap_or_else(|| env.fabric.clone());
+    let r = send_connect_via(fabric.as_ref(), &mut q, (c.sqe)(&x), &(c.data)(&x));
     let invalid = |r: &Completion| {
         assert!(
             r.status.is(
@@ -460,6 +520,13 @@ cases! {
                 assert_eq!(x.qid, x.max_io_queues, "the row's QID is the limit");
                 connect_sqe(x)
             });
+    /// SPDK (with ANA reporting, which we always have) refuses an I/O queue on another
+    /// port than its controller's admin queue; nvmet accepts it.
+    io_connect_on_another_port_than_the_admin_queue =>
+        case(Before::Controller, 1, connect_data, Expect::InvalidCmd(QID)).on_second_port();
+    /// The same queue on the admin queue's port is fine.
+    io_connect_on_the_admin_queues_port_with_two_ports_is_accepted =>
+        case(Before::Controller, 1, connect_data, Expect::Success).cfg(second_port);
     /// nvmet (max_qid 0) and SPDK refuse it with Invalid Parameters at QID.
     io_connect_to_the_discovery_controller =>
         case(Before::DiscoveryController, 1, connect_data, Expect::InvalidCmd(QID));

@@ -243,6 +243,14 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
             return Err(invalid_param(true, connect_data_offset::CNTLID, req));
         }
     };
+    if ctrl.port.portid != q.port.portid {
+        // A controller lives on one port, and its ANA state is that port's. nvmet
+        // accepts an I/O queue on another port; SPDK refuses it with Invalid
+        // Parameters at QID when ANA reporting is on (ours always is); we refuse.
+        warn!(%subnqn, %cntlid, qid, portid = q.port.portid, ctrl_portid = ctrl.port.portid,
+            "I/O Connect on another port than the controller's admin queue");
+        return Err(invalid_param(false, connect_offset::QID, req));
+    }
     if !ctrl.is_ready() {
         // nvmet accepts (and fails the queue's commands later); SPDK refuses with
         // Invalid Parameters at QID; we refuse with the status nvmet gives those
