@@ -75,6 +75,8 @@ const IO_QUEUES_ASKED: u16 = 4;
 const DISCOVERY_KATO_MS: u32 = 120_000;
 /// The test configuration's I/O queue limit (the default).
 const MAX_IO_QUEUES: u16 = 128;
+/// The keep-alive granularity Identify Controller reports (KAS 1: 100 ms).
+const KAS_MS: u32 = 100;
 /// Five seconds: the Linux host's default KATO.
 const KATO_MS: u32 = 5_000;
 
@@ -561,6 +563,11 @@ cases! {
             let kato = controller_of(env, &Nqn::discovery(), r).kato_ms();
             assert_eq!(kato, DISCOVERY_KATO_MS);
         });
+    /// A 1 ms KATO is kept in KAS units (100 ms), as SPDK rounds it (nvmet: to 1 s).
+    admin_connect_with_kato_1_ms_gets_one_kas_unit =>
+        case(Before::Nothing, 0, connect_data, Expect::Success)
+            .sqe(|x| command::connect(Qid(x.qid), 31, 1))
+            .then(|env, r| assert_eq!(controller_of(env, &env.nqn, r).kato_ms(), KAS_MS));
     /// KATO is an admin queue field; nvmet and SPDK ignore it on I/O queues.
     io_connect_with_kato_is_accepted =>
         case(Before::Controller, 1, connect_data, Expect::Success)

@@ -211,11 +211,11 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         // KATO 0 on an NVM subsystem: no keep-alive (nvmet and SPDK alike). Above our
         // limit: nvmet and SPDK keep the host's value; we shorten it to the configured
         // limit on purpose (an operator bound on stale associations).
-        let kato_ms = match kato {
+        let requested = match kato {
             0 if subsys.is_discovery() => DISCOVERY_DEFAULT_KATO_MS,
             k => k,
-        }
-        .min(params.max_kato_ms);
+        };
+        let kato_ms = super::identify::kato_ms(requested, params.max_kato_ms);
         let ctrl = Controller::new(
             id,
             subsys.clone(),
