@@ -612,6 +612,16 @@ cases! {
     io_queue_size_of_mqes_is_accepted =>
         case(Before::Controller, 1, connect_data, Expect::Success)
             .sqe(|x| command::connect(Qid(1), x.mqes, 0));
+    /// The discovery controller's admin queue has the same limit (nvmet-rdma: 32
+    /// entries; SPDK: max_aq_depth).
+    discovery_admin_queue_size_one_above_the_limit =>
+        case(
+            Before::Nothing,
+            0,
+            |x| command::connect_data(TEST_HOSTID, x.cntlid, &Nqn::discovery(), &hostnqn()).to_vec(),
+            Expect::InvalidCmd(SQSIZE),
+        )
+        .sqe(|x| command::connect(Qid(0), x.max_admin, 0));
     /// SQSIZE is 0's based: the limit's last entry.
     admin_queue_size_at_the_limit_is_accepted =>
         case(Before::Nothing, 0, connect_data, Expect::Success)
