@@ -214,6 +214,15 @@ fn status(sct: Sct, sc: u8, dnr: Option<bool>) -> Expect {
     Expect::Status { sct, sc, dnr }
 }
 
+fn success() -> Expect {
+    status(Sct::Generic, generic::SUCCESS, Some(false))
+}
+
+/// Sixteen R2Ts per command (MAXR2T is 0's based).
+const MAXR2T_15: u32 = 15;
+/// The largest PDU data alignment: 128 bytes (0's based dwords).
+const PDA_31: u8 = 31;
+
 fn transient_transport_error() -> Expect {
     // A transient transport error may be retried.
     status(
@@ -512,6 +521,15 @@ cases! {
             .echo(Echo::Whole);
     icreq_with_hpda_above_31 =>
         case(FRESH, |_| icreq_with(offset::HPDA, 32), term(IHF, offset::HPDA));
+    /// nvmet and SPDK accept any MAXR2T (docs/peers.md); the queue then does I/O.
+    icreq_with_maxr2t_above_0_is_accepted =>
+        case(IO, |c| write_capsule(c, 100), success())
+            .host(HostConfig { maxr2t: MAXR2T_15, ..HostConfig::default() });
+    /// SPDK accepts HPDA 1..=31 and nvmet refuses it; we accept it on purpose
+    /// (docs/peers.md): the alignment is valid and honoured.
+    icreq_with_hpda_31_is_accepted =>
+        case(IO, |c| write_capsule(c, 100), success())
+            .host(HostConfig { hpda: PDA_31, ..HostConfig::default() });
     icreq_with_plen_0 =>
         case(FRESH, |_| icreq_with_plen(0), term(IHF, offset::PLEN));
     icreq_with_plen_8 =>

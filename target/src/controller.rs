@@ -290,9 +290,14 @@ impl Controller {
     }
 
     /// Marks I/O queue `qid` connected; false when out of range or already connected.
+    ///
+    /// The range is the target's limit, not what Set Features Number of Queues granted:
+    /// nvmet (`qid > subsys->max_qid`) and SPDK (the qpair mask's capacity) both accept
+    /// a QID above the grant, so a host that creates one more queue than it asked for
+    /// works with either; we accept it too. The discovery controller has no I/O queues.
     pub fn claim_io_queue(&self, qid: Qid) -> Result<(), QueueClaimError> {
         let mut g = self.inner.lock();
-        if qid.0 == 0 || qid.0 > g.io_queues_granted {
+        if qid.0 == 0 || qid.0 > self.params.max_io_queues || self.subsys.is_discovery() {
             return Err(QueueClaimError::OutOfRange);
         }
         match g.io_queues_connected.get_mut(usize::from(qid.0)) {

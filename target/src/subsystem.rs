@@ -313,6 +313,13 @@ impl Subsystem {
             .and_then(Weak::upgrade)
     }
 
+    /// Whether `id` lies in this subsystem's controller id range (configfs
+    /// `attr_cntlid_min`..=`attr_cntlid_max`).
+    pub fn cntlid_in_range(&self, id: Cntlid) -> bool {
+        let t = self.ctrls.lock();
+        (t.min..=t.max).contains(&id.0)
+    }
+
     /// Allocates a controller id. `requested` is the Connect data CNTLID.
     /// Returns None when the range is exhausted or a static id is taken.
     pub fn alloc_cntlid(&self, requested: Cntlid) -> Option<Cntlid> {

@@ -246,6 +246,12 @@ pub struct QpInit {
 pub trait ConnectRequest: Send {
     /// The private data the active side sent (NVMe/RDMA CM request).
     fn private_data(&self) -> &[u8];
+    /// How many RDMA READs the active side lets us have outstanding toward it
+    /// (rdma_cm's `initiator_depth` as the passive side sees it); `None` when the
+    /// provider sets no such limit (the software provider).
+    fn initiator_depth(&self) -> Option<u8> {
+        None
+    }
     /// Creates the QP, runs `pre_post` on it (the caller posts its receives, so they
     /// are in place before the peer can send), then accepts, sending `private_data`
     /// (NVMe/RDMA CM accept). When any step fails the request is rejected with

@@ -21,6 +21,10 @@ use crate::subsystem::ControllerModel;
 
 /// CAP.TO in 500 ms units: how long a host waits for CSTS.RDY.
 const CAP_TIMEOUT_UNITS: u64 = 15;
+/// KATO (ms) of a discovery controller whose host asked for none (0): nvmet's
+/// `NVMET_DISC_KATO_MS` and SPDK's `NVMF_DISC_KATO_IN_MS`, so stale discovery sessions
+/// end (NVMe-oF 1.0a: "a fixed Discovery controller activity timeout, e.g. 2 minutes").
+const DISCOVERY_DEFAULT_KATO_MS: u32 = 120_000;
 /// Property attribute size field: 0 = 4 bytes, 1 = 8 bytes.
 const PROP_SIZE_4: u8 = 0;
 const PROP_SIZE_8: u8 = 1;
@@ -47,8 +51,11 @@ pub(super) fn parse(q: &QueueCtx, req: &Request) -> Result<Plan, Status> {
     let cmd = req.cmd();
     match cmd.fctype() {
         fctype::CONNECT => {
+            // nvmet (nvmet_parse_fabrics_{admin,io}_cmd) and SPDK
+            // (nvmf_ctrlr_process_fabrics_cmd) both answer Invalid Opcode: on a connected
+            // queue Connect is not a command at all. nvmet adds DNR; so do we.
             warn!(qid = %q.qid, "Connect on an already connected queue");
-            Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR).at(FCTYPE_OFFSET, 0))
+            Err(Status::generic_dnr(generic::INVALID_OPCODE).at(FCTYPE_OFFSET, 0))
         }
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid.is_admin() => Ok(Plan::NONE),
         fctype::DISCONNECT => Ok(Plan::NONE),
@@ -106,6 +113,9 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
                 .at(connect_offset::RECFMT, 0),
         );
     }
+    // An SGL of any other length than 1024 bytes never gets here: `parse` refused it
+    // with Data SGL Length Invalid (nvmet_check_transfer_len; SPDK refuses only a
+    // shorter one, with Invalid Field).
     let mut data = vec![0u8; CONNECT_DATA_LEN];
     if !req.read_data(0, &mut data) {
         return Err(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0));
@@ -122,6 +132,10 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         Ok(n) => n,
         // Empty: admitted only by subsystems that allow any host (nvmet, SPDK).
         Err(nvmf_common::types::NqnError::Empty) => Nqn::empty_host(),
+        // Not NUL-terminated within 224 bytes: SPDK refuses (nvmf_ctrlr_cmd_connect);
+        // nvmet truncates at 255 and accepts; we refuse. Not UTF-8: both accept any
+        // bytes; we refuse on purpose (an NQN is UTF-8, and a lossy copy could match
+        // another host's controller).
         Err(e) => {
             warn!(%subnqn, "Connect with invalid host NQN: {e}");
             return Err(invalid_param(true, connect_data_offset::HOSTNQN, req));
@@ -162,22 +176,46 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     let params = ex.target.params.clone();
     let cntlid = Cntlid(d.cntlid());
     if Qid(qid).is_admin() {
+        // SPDK refuses SQSIZE >= max_aq_depth (nvmet-tcp sets no admin limit, nvmet-rdma
+        // refuses more than 32 entries in the CM request); we refuse as SPDK does.
         if sqsize == 0 || u32::from(sqsize) >= u32::from(params.max_admin_queue_size) {
             warn!(%subnqn, %hostnqn, sqsize, "admin Connect with invalid queue size");
             return Err(invalid_param(false, connect_offset::SQSIZE, req));
         }
         let wanted = match subsys.controller_model {
+            // nvmet and SPDK refuse any CNTLID but 0xFFFF on a fabrics admin queue.
             ControllerModel::Dynamic if cntlid != Cntlid::DYNAMIC => {
                 warn!(%subnqn, %hostnqn, %cntlid, "dynamic subsystem: Connect must ask for cntlid 0xFFFF");
+                return Err(invalid_param(true, connect_data_offset::CNTLID, req));
+            }
+            // The static model is ours alone (neither nvmet nor SPDK has one): a
+            // specific CNTLID outside the subsystem's range names no controller.
+            ControllerModel::Static
+                if cntlid != Cntlid::STATIC_ANY
+                    && cntlid != Cntlid::DYNAMIC
+                    && !subsys.cntlid_in_range(cntlid) =>
+            {
+                warn!(%subnqn, %hostnqn, %cntlid, "static subsystem: CNTLID outside the subsystem's range");
                 return Err(invalid_param(true, connect_data_offset::CNTLID, req));
             }
             _ => cntlid,
         };
         let Some(id) = subsys.alloc_cntlid(wanted) else {
+            // nvmet_alloc_ctrl: no free id (or, static, the one asked for is in use) is
+            // Connect Controller Busy with DNR; SPDK says Internal Device Error.
             warn!(%subnqn, %hostnqn, %cntlid, "no controller id available");
-            return Err(invalid_param(true, connect_data_offset::CNTLID, req));
+            return Err(Status::cmd_specific_dnr(
+                cmd_specific::CONNECT_CONTROLLER_BUSY,
+            ));
         };
-        let kato_ms = kato.min(params.max_kato_ms);
+        // KATO 0 on an NVM subsystem: no keep-alive (nvmet and SPDK alike). Above our
+        // limit: nvmet and SPDK keep the host's value; we shorten it to the configured
+        // limit on purpose (an operator bound on stale associations).
+        let requested = match kato {
+            0 if subsys.is_discovery() => DISCOVERY_DEFAULT_KATO_MS,
+            k => k,
+        };
+        let kato_ms = super::identify::kato_ms(requested, params.max_kato_ms);
         let ctrl = Controller::new(
             id,
             subsys.clone(),
@@ -195,7 +233,9 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
         q.ctrl = Some(ctrl);
         return Ok(());
     }
-    // I/O queue: join the controller named by CNTLID.
+    // I/O queue: join the controller named by CNTLID. KATO is ignored here (nvmet and
+    // SPDK read it on the admin queue only). Another host's NQN: nvmet refuses
+    // (nvmet_ctrl_find_get), SPDK accepts any allowed host; we refuse.
     let ctrl = match subsys.controller(cntlid) {
         Some(c) if c.hostnqn == hostnqn && !c.is_dead() => c,
         _ => {
@@ -203,10 +243,23 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
             return Err(invalid_param(true, connect_data_offset::CNTLID, req));
         }
     };
+    if ctrl.port.portid != q.port.portid {
+        // A controller lives on one port, and its ANA state is that port's. nvmet
+        // accepts an I/O queue on another port; SPDK refuses it with Invalid
+        // Parameters at QID when ANA reporting is on (ours always is); we refuse.
+        warn!(%subnqn, %cntlid, qid, portid = q.port.portid, ctrl_portid = ctrl.port.portid,
+            "I/O Connect on another port than the controller's admin queue");
+        return Err(invalid_param(false, connect_offset::QID, req));
+    }
     if !ctrl.is_ready() {
+        // nvmet accepts (and fails the queue's commands later); SPDK refuses with
+        // Invalid Parameters at QID; we refuse with the status nvmet gives those
+        // commands, Command Sequence Error.
         warn!(%subnqn, %cntlid, qid, "I/O Connect before the controller is enabled");
         return Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
     }
+    // CAP.MQES is max_queue_size - 1, so this is nvmet's `sqsize > mqes` and SPDK's
+    // `sqsize >= max_queue_depth`: SQSIZE = MQES is accepted.
     if sqsize == 0 || u32::from(sqsize) >= u32::from(params.max_queue_size) {
         warn!(%subnqn, %cntlid, qid, sqsize, "I/O Connect with invalid queue size");
         return Err(invalid_param(false, connect_offset::SQSIZE, req));
@@ -214,10 +267,12 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
     match ctrl.claim_io_queue(Qid(qid)) {
         Ok(()) => {}
         Err(QueueClaimError::OutOfRange) => {
-            warn!(%subnqn, %cntlid, qid, "I/O Connect beyond the granted queues");
+            warn!(%subnqn, %cntlid, qid, "I/O Connect beyond the queue limit or to a discovery controller");
             return Err(invalid_param(false, connect_offset::QID, req));
         }
         Err(QueueClaimError::AlreadyConnected) => {
+            // nvmet_install_queue: Command Sequence Error at QID; SPDK: Invalid Queue
+            // Identifier. We answer as nvmet does.
             warn!(%subnqn, %cntlid, qid, "I/O queue already connected");
             return Err(
                 Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR).at(connect_offset::QID, 0)

@@ -68,8 +68,21 @@ pub struct QueueRequest {
     pub hrqsize: u16,
 }
 
-/// Validates the CM request private data; `Err` is the NVMe/RDMA reject status.
-pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u16> {
+/// Validates a CM connect request: its private data, and `initiator_depth` (how many
+/// RDMA READs the host lets us issue, when the provider says); `Err` is the NVMe/RDMA
+/// reject status.
+///
+/// Compared with nvmet (`nvmet_rdma_parse_cm_connect_req`) and SPDK
+/// (`nvmf_rdma_connect`), see docs/peers.md: a QID or HSQSIZE out of range is refused
+/// here, where both peers refuse the same host at its Connect instead; HRQSIZE only
+/// has to be non-zero.
+pub fn validate_cm_request(
+    pd: &[u8],
+    initiator_depth: Option<u8>,
+    target: &Target,
+) -> Result<QueueRequest, u16> {
+    // SPDK refuses private data shorter than the 32-byte request (nvmet only an
+    // empty one); we refuse as SPDK does.
     if pd.len() < CM_REQ_LEN {
         return Err(reject_status::INVALID_PRIVATE_DATA_LENGTH);
     }
@@ -77,8 +90,16 @@ pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u
     if r.recfmt() != NVME_RDMA_CM_FMT_1_0 {
         return Err(reject_status::INVALID_RECFMT);
     }
+    // No RDMA READ allowed toward the host: its writes could never be fetched. SPDK
+    // refuses with Invalid IRD; nvmet accepts; we refuse.
+    if initiator_depth == Some(0) {
+        return Err(reject_status::INVALID_IRD);
+    }
     let qid = r.qid();
     let p = &target.params;
+    // Neither peer checks QID or HSQSIZE here; both refuse the Connect that follows
+    // (QID above the limit, SQSIZE 0 or above MQES). We refuse on purpose one step
+    // earlier, before allocating the queue's buffers.
     if qid > p.max_io_queues {
         return Err(reject_status::INVALID_QID);
     }
@@ -91,7 +112,11 @@ pub fn validate_cm_request(pd: &[u8], target: &Target) -> Result<QueueRequest, u
     if r.hsqsize() == 0 || recv_depth > u32::from(limit) {
         return Err(reject_status::INVALID_HSQSIZE);
     }
-    if r.hrqsize() == 0 || u32::from(r.hrqsize()) > u32::from(limit) {
+    // HRQSIZE is the host's receive queue: it costs us nothing, so any size is fine,
+    // larger than ours or other than HSQSIZE + 1 (nvmet and SPDK accept both). Zero
+    // (a host that can take no response) nvmet and SPDK accept and then fail to use;
+    // we refuse it on purpose.
+    if r.hrqsize() == 0 {
         return Err(reject_status::INVALID_HRQSIZE);
     }
     Ok(QueueRequest {
@@ -121,7 +146,7 @@ fn handle_request(
     pd: &Arc<dyn ProtectionDomain>,
     groups: &[GroupHandle],
 ) {
-    let qr = match validate_cm_request(req.private_data(), target) {
+    let qr = match validate_cm_request(req.private_data(), req.initiator_depth(), target) {
         Ok(q) => q,
         Err(sts) => {
             warn!(
@@ -223,4 +248,30 @@ fn build_queue(
         return Err(VerbsError::Provider("poll group is gone".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::TargetParams;
+    use nvmf_common::wire::rdma::cm_request;
+
+    /// The Linux host's request for I/O queue 1 with 32 entries.
+    fn linux_io_request() -> [u8; CM_REQ_LEN] {
+        cm_request(1, 32, 31, 0)
+    }
+
+    #[test]
+    fn initiator_depth_0_is_refused_as_spdk_refuses_it() {
+        let target = Target::new(TargetParams::default());
+        let pd = linux_io_request();
+        assert_eq!(
+            validate_cm_request(&pd, Some(0), &target),
+            Err(reject_status::INVALID_IRD)
+        );
+        for ird in [Some(1), Some(u8::MAX), None] {
+            let q = validate_cm_request(&pd, ird, &target);
+            assert_eq!(q.map(|q| q.qid), Ok(1), "initiator depth {ird:?}");
+        }
+    }
 }

@@ -221,9 +221,13 @@ pub fn accept_icreq(cfg: &ControllerConfig, req: &IcReqParams) -> Result<Negotia
             "unsupported PDU format version",
         ));
     }
+    // HPDA 1..=31: SPDK accepts (and aligns C2H data); nvmet refuses anything but 0;
+    // we accept on purpose: the alignment is valid and honoured (C2HData PDO).
     if req.hpda > PDA_MAX {
         return Err(FramerError::header(offset::HPDA, "HPDA above 31"));
     }
+    // MAXR2T: nvmet and SPDK accept any value (one R2T at a time is always allowed);
+    // so do we. Reserved digest bits: both ignore them; so do we.
     Ok(Negotiated {
         header_digest: cfg.header_digest && req.digest & digest::HDGST_ENABLE != 0,
         data_digest: cfg.data_digest && req.digest & digest::DDGST_ENABLE != 0,
@@ -319,6 +323,28 @@ mod tests {
         );
         // The largest alignment is fine.
         assert!(accept_icreq(&cfg, &IcReqParams::parse(&icreq(0, 31, 0, 0)).unwrap()).is_ok());
+    }
+
+    /// What nvmet and SPDK both accept in an ICReq (docs/peers.md), and HPDA 1..=31,
+    /// which SPDK accepts and nvmet refuses.
+    #[test]
+    fn icreq_acceptances_match_the_peers() {
+        let cfg = ControllerConfig::default();
+        // Reserved digest bits are ignored; the defined ones still count.
+        let reserved = IcReqParams::parse(&icreq(0, 0, 0xFC | digest::DDGST_ENABLE, 0)).unwrap();
+        let n = accept_icreq(&cfg, &reserved).unwrap();
+        assert!(!n.header_digest && n.data_digest);
+        assert_eq!(icresp_params(&n).digest, digest::DDGST_ENABLE);
+        // Any MAXR2T.
+        for maxr2t in [1, 15, u32::MAX] {
+            let r = IcReqParams::parse(&icreq(0, 0, 0, maxr2t)).unwrap();
+            assert_eq!(accept_icreq(&cfg, &r).unwrap().maxr2t, maxr2t);
+        }
+        // Every valid alignment.
+        for hpda in 1..=PDA_MAX {
+            let r = IcReqParams::parse(&icreq(0, hpda, 0, 0)).unwrap();
+            assert_eq!(accept_icreq(&cfg, &r).unwrap().hpda, hpda);
+        }
     }
 
     #[test]

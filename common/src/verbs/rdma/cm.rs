@@ -195,6 +195,10 @@ impl ConnectRequest for RdmaConnectRequest {
         &self.private_data
     }
 
+    fn initiator_depth(&self) -> Option<u8> {
+        Some(self.initiator_depth)
+    }
+
     fn accept(
         mut self: Box<Self>,
         init: QpInit,
