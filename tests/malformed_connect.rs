@@ -71,6 +71,8 @@ enum Expect {
 
 /// Four I/O queues: what [`admin_up`] asks Set Features Number of Queues for.
 const IO_QUEUES_ASKED: u16 = 4;
+/// Ten minutes: beyond the discovery default, kept as asked.
+const LONG_KATO_MS: u32 = 600_000;
 /// nvmet's `NVMET_DISC_KATO_MS`, SPDK's `NVMF_DISC_KATO_IN_MS`.
 const DISCOVERY_KATO_MS: u32 = 120_000;
 /// The test configuration's I/O queue limit (the default).
@@ -568,6 +570,12 @@ cases! {
         case(Before::Nothing, 0, connect_data, Expect::Success)
             .sqe(|x| command::connect(Qid(x.qid), 31, 1))
             .then(|env, r| assert_eq!(controller_of(env, &env.nqn, r).kato_ms(), KAS_MS));
+    /// A KATO longer than two minutes is kept: the host is not told of a shorter one
+    /// (nvmet and SPDK keep it too).
+    admin_connect_with_a_long_kato_keeps_it =>
+        case(Before::Nothing, 0, connect_data, Expect::Success)
+            .sqe(|x| command::connect(Qid(x.qid), 31, LONG_KATO_MS))
+            .then(|env, r| assert_eq!(controller_of(env, &env.nqn, r).kato_ms(), LONG_KATO_MS));
     /// KATO is an admin queue field; nvmet and SPDK ignore it on I/O queues.
     io_connect_with_kato_is_accepted =>
         case(Before::Controller, 1, connect_data, Expect::Success)

@@ -20,8 +20,8 @@ pub struct TargetParams {
     pub poll_groups: usize,
     /// CPUs the poll groups are pinned to, round-robin (`transport.cpus`).
     pub cpus: Option<nvmf_common::cpus::CpuList>,
-    /// Largest KATO a host may ask for, in ms.
-    pub max_kato_ms: u32,
+    /// KATO (ms) of a discovery controller whose host asks for none.
+    pub discovery_kato_ms: u32,
     /// How long a DH-HMAC-CHAP transaction may stall, in ms.
     pub auth_timeout_ms: u32,
 }
@@ -37,7 +37,7 @@ impl TargetParams {
             poll_mode: t.poll_mode,
             poll_groups: t.poll_groups,
             cpus: t.cpus.clone(),
-            max_kato_ms: t.keep_alive_timeout_ms,
+            discovery_kato_ms: t.keep_alive_timeout_ms,
             auth_timeout_ms: t.auth_timeout_ms,
         }
     }

@@ -208,7 +208,9 @@ pub struct TransportConfig {
     /// `i`-th taken round-robin; unpinned when absent (SPDK's core mask, `-m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<crate::cpus::CpuList>,
-    /// Largest keep-alive timeout (ms) a host may ask for; hosts choose their KATO.
+    /// Keep-alive timeout (ms) of a discovery controller whose host asks for none
+    /// (nvmet's and SPDK's 120 s). Hosts choose their own KATO otherwise, kept as asked:
+    /// a host is not told of a shorter one and would be dropped by it.
     pub keep_alive_timeout_ms: u32,
     /// How long (ms) a DH-HMAC-CHAP transaction may wait for the host's next message
     /// before its controller ends; keep-alive does not run meanwhile. nvmet uses the

@@ -363,7 +363,7 @@ pub(super) fn set_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
             Ok(())
         }
         fid::KEEP_ALIVE_TIMER => {
-            let kato = super::identify::kato_ms(cdw11, ctrl.params.max_kato_ms);
+            let kato = super::identify::kato_ms(cdw11);
             ctrl.set_kato_ms(kato);
             req.dw0 = kato;
             Ok(())

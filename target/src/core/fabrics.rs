@@ -21,10 +21,6 @@ use crate::subsystem::ControllerModel;
 
 /// CAP.TO in 500 ms units: how long a host waits for CSTS.RDY.
 const CAP_TIMEOUT_UNITS: u64 = 15;
-/// KATO (ms) of a discovery controller whose host asked for none (0): nvmet's
-/// `NVMET_DISC_KATO_MS` and SPDK's `NVMF_DISC_KATO_IN_MS`, so stale discovery sessions
-/// end (NVMe-oF 1.0a: "a fixed Discovery controller activity timeout, e.g. 2 minutes").
-const DISCOVERY_DEFAULT_KATO_MS: u32 = 120_000;
 /// Property attribute size field: 0 = 4 bytes, 1 = 8 bytes.
 const PROP_SIZE_4: u8 = 0;
 const PROP_SIZE_8: u8 = 1;
@@ -208,14 +204,14 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
                 cmd_specific::CONNECT_CONTROLLER_BUSY,
             ));
         };
-        // KATO 0 on an NVM subsystem: no keep-alive (nvmet and SPDK alike). Above our
-        // limit: nvmet and SPDK keep the host's value; we shorten it to the configured
-        // limit on purpose (an operator bound on stale associations).
+        // KATO 0 on an NVM subsystem: no keep-alive (nvmet and SPDK alike); on the
+        // discovery subsystem the configured discovery KATO (nvmet's and SPDK's 120 s),
+        // so a discovery session a host forgot ends. Other values are kept as asked.
         let requested = match kato {
-            0 if subsys.is_discovery() => DISCOVERY_DEFAULT_KATO_MS,
+            0 if subsys.is_discovery() => params.discovery_kato_ms,
             k => k,
         };
-        let kato_ms = super::identify::kato_ms(requested, params.max_kato_ms);
+        let kato_ms = super::identify::kato_ms(requested);
         let ctrl = Controller::new(
             id,
             subsys.clone(),

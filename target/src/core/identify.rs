@@ -26,11 +26,12 @@ const MS_PER_KAS_UNIT: u32 = 100;
 
 /// The KATO (ms) a controller keeps for the `requested` one: rounded up to the KAS
 /// granularity it reports, as SPDK rounds (nvmet rounds up to whole seconds), so a
-/// 1 ms request does not end the association at once; then bounded by `limit`. 0 stays
-/// 0 (no keep-alive).
-pub(super) fn kato_ms(requested: u32, limit: u32) -> u32 {
+/// 1 ms request does not end the association at once. 0 stays 0 (no keep-alive).
+/// Never shortened: the host sends keep-alives at the interval it asked for and is not
+/// told of a shorter one (nvmet and SPDK keep long values too).
+pub(super) fn kato_ms(requested: u32) -> u32 {
     let unit = u32::from(KAS_100MS_UNITS) * MS_PER_KAS_UNIT;
-    requested.div_ceil(unit).saturating_mul(unit).min(limit)
+    requested.div_ceil(unit).saturating_mul(unit)
 }
 /// SQES/CQES: required and maximum entry sizes as log2 (64-byte SQE, 16-byte CQE).
 const SQES: u8 = (6 << 4) | 6;
