@@ -1,0 +1,105 @@
+//! The polling threads of a perf run: each owns a few jobs and steps them in turn.
+//!
+//! Owned by `perf` ([`super::run_recovering`] starts them in a thread scope and joins
+//! them). A thread takes its jobs' queues, buffers and configs by (mutable) borrow for
+//! the run; jobs share nothing but the stop flag and their progress atomics, so a
+//! thread never locks. Ordering: a pass calls [`JobRunner::step`] once on every live
+//! job (submit, flush, poll once, account); a job with nothing to reap costs one poll
+//! and does not hold the others up. Only when a whole pass reaped nothing for
+//! [`SPIN_TIME`] does the thread block, in one job's queue `wait` at a time, taking the
+//! jobs in turn, for a share of [`WAIT_SLICE`], so an idle thread sleeps and a woken
+//! queue is served within about one slice. With one job per thread this is exactly
+//! [`super::job::run_job`]'s loop.
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::cpus::pin_current_thread;
+use super::job::{
+    JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_SLICE,
+};
+use crate::error::Error;
+use crate::ioqueue::IoQueue;
+use crate::requeue::Recovery;
+use crate::transport::IoBuf;
+
+/// The shortest block in one queue's `wait` when a thread shares [`WAIT_SLICE`] among
+/// many idle jobs (below this the wake-up costs more than the wait saves).
+const MIN_WAIT_SLICE: Duration = Duration::from_micros(50);
+
+/// What one job brings to its thread.
+pub(super) struct JobInput<'a, Q> {
+    pub q: &'a mut Q,
+    pub cfg: &'a JobConfig,
+    pub bufs: &'a [IoBuf],
+    pub progress: &'a JobProgress,
+    pub recovery: Option<Recovery<'a>>,
+}
+
+/// Each job's index and what it measured (an `Err` only for a job that could not be
+/// set up, or whose thread could not be pinned).
+pub(super) type ThreadResult = Vec<(u32, Result<JobOutcome, Error>)>;
+
+/// Runs `jobs` to their end on the calling thread, pinned to `pin` first if given.
+pub(super) fn poll_jobs<Q: IoQueue>(
+    pin: Option<usize>,
+    jobs: Vec<JobInput<'_, Q>>,
+    stop: &AtomicBool,
+) -> ThreadResult {
+    let mut out: ThreadResult = Vec::with_capacity(jobs.len());
+    if let Some(cpu) = pin {
+        if let Err(e) = pin_current_thread(cpu) {
+            let why = e.to_string();
+            return jobs
+                .into_iter()
+                .map(|j| (j.cfg.index, Err(Error::InvalidArgument(why.clone()))))
+                .collect();
+        }
+    }
+    let mut active: Vec<JobRunner<'_, Q>> = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let index = j.cfg.index;
+        match JobRunner::new(j.q, j.cfg, j.bufs, j.progress, stop, j.recovery) {
+            Ok(r) => active.push(r),
+            Err(e) => out.push((index, Err(e))),
+        }
+    }
+    let mut idle_since: Option<Instant> = None;
+    let mut next_wait = 0usize;
+    while !active.is_empty() {
+        let mut busy = false;
+        let mut i = 0;
+        while let Some(r) = active.get_mut(i) {
+            match r.step() {
+                Step::Done => {
+                    // Order does not matter to the report (it sorts by index); removal
+                    // happens once per job.
+                    let r = active.remove(i);
+                    out.push((r.index(), Ok(r.finish())));
+                    busy = true;
+                }
+                Step::Busy => {
+                    busy = true;
+                    i += 1;
+                }
+                Step::Idle => i += 1,
+            }
+        }
+        if busy {
+            idle_since = None;
+            continue;
+        }
+        let now = Instant::now();
+        let since = *idle_since.get_or_insert(now);
+        if now.duration_since(since) >= SPIN_TIME {
+            let n = active.len().max(1);
+            let slice = (WAIT_SLICE / u32::try_from(n).unwrap_or(u32::MAX)).max(MIN_WAIT_SLICE);
+            next_wait = (next_wait + 1) % n;
+            if let Some(r) = active.get_mut(next_wait) {
+                r.wait(slice);
+            }
+            idle_since = None;
+        }
+    }
+    out
+}
