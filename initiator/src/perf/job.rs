@@ -391,7 +391,10 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
             Ok(Tick::Reaped) => Step::Busy,
             Ok(Tick::Empty) => Step::Idle,
             Ok(Tick::Finished)
-                if self.phase == Phase::Main && cfg.verify && cfg.rw.writes() && !self.job.failed =>
+                if self.phase == Phase::Main
+                    && cfg.verify
+                    && cfg.rw.writes()
+                    && !self.job.failed =>
             {
                 self.phase = Phase::Readback;
                 self.drive = DriveState::new(depth);

@@ -15,9 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::cpus::pin_current_thread;
-use super::job::{
-    JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_SLICE,
-};
+use super::job::{JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_SLICE};
 use crate::error::Error;
 use crate::ioqueue::IoQueue;
 use crate::requeue::Recovery;
