@@ -10,6 +10,13 @@
 //! jobs in turn, for a share of [`WAIT_SLICE`], so an idle thread sleeps and a woken
 //! queue is served within about one slice. With one job per thread this is exactly
 //! [`super::job::run_job`]'s loop.
+//!
+//! What a thread cannot hide: a call that blocks inside the transport holds up every
+//! job of its thread. Two do: a reconnect (all jobs share that controller, so they could
+//! not go on anyway) and, on loopback only, the software RDMA provider's SEND, which
+//! waits (up to its RNR timeout, 100 ms) for the target to repost a receive; on a
+//! machine so loaded that the target's poll group gets no CPU for that long the SEND
+//! fails and the queue reconnects, as it would with one thread per job.
 
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
