@@ -108,3 +108,161 @@ pub(super) fn poll_jobs<Q: IoQueue>(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use nvmf_common::types::{Cid, Nsid, Qid};
+    use nvmf_common::verbs::DmaBuffer;
+    use nvmf_common::wire::status::Status;
+
+    use super::*;
+    use crate::command::SqeBytes;
+    use crate::perf::parse::Rw;
+    use crate::perf::verify::VerifyAlg;
+    use crate::queue::{Completion, Queue};
+    use crate::transport::DataDir;
+
+    /// How long the slow queue holds its commands.
+    const HOLD: Duration = Duration::from_millis(300);
+    const DEPTH: u32 = 8;
+
+    /// A queue that answers every command with success: at the next poll, or (slow)
+    /// only once `HOLD` has passed since the first submit.
+    struct MockQueue {
+        qid: u16,
+        slow: bool,
+        first: Option<Instant>,
+        held: Vec<u64>,
+    }
+
+    impl IoQueue for MockQueue {
+        fn qid(&self) -> Qid {
+            Qid(self.qid)
+        }
+        fn is_broken(&self) -> bool {
+            false
+        }
+        fn submit_at(
+            &mut self,
+            _sqe: SqeBytes,
+            _data: Option<&IoBuf>,
+            _dir: DataDir,
+            tag: u64,
+            now: Instant,
+        ) -> Result<(), Error> {
+            self.first.get_or_insert(now);
+            self.held.push(tag);
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<(), Error> {
+            Ok(())
+        }
+        fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize, Error> {
+            if self.slow && self.first.is_none_or(|t| t.elapsed() < HOLD) {
+                return Ok(0);
+            }
+            let n = self.held.len();
+            out.extend(self.held.drain(..).map(|tag| Completion {
+                tag,
+                cid: Cid(0),
+                status: Status::SUCCESS,
+                dw0: 0,
+                dw1: 0,
+                sqhd: 0,
+            }));
+            Ok(n)
+        }
+        fn wait(&mut self, timeout: Duration) {
+            std::thread::sleep(timeout);
+        }
+        fn expire(&mut self, _now: Instant) {}
+        fn install(&mut self, _q: Queue) -> Result<(), Error> {
+            Err(Error::InvalidArgument("mock".into()))
+        }
+    }
+
+    fn config(index: u32, end: Instant) -> JobConfig {
+        JobConfig {
+            index,
+            rw: Rw::RandRead,
+            rwmixread: 100,
+            nsid: Nsid(1),
+            block_size: 512,
+            min_blocks: 8,
+            max_blocks: 8,
+            region_start: u64::from(index) * 8 * 1024,
+            units: 1024,
+            iodepth: DEPTH,
+            one_pass: false,
+            verify: false,
+            verify_alg: VerifyAlg::default(),
+            seed: 1,
+            ramp_end: Instant::now(),
+            end: Some(end),
+        }
+    }
+
+    /// One thread, two jobs: the job whose queue answers nothing for 300 ms does not
+    /// hold up the other, which completes I/O all along.
+    #[test]
+    fn a_job_with_nothing_to_reap_does_not_block_the_other() {
+        let end = Instant::now() + HOLD / 2;
+        let cfgs = [config(0, end), config(1, end)];
+        let bufs: Vec<IoBuf> = (0..DEPTH)
+            .map(|_| IoBuf {
+                buf: Arc::new(DmaBuffer::new(4096).unwrap()),
+                mr: None,
+                offset: 0,
+                len: 4096,
+            })
+            .collect();
+        let progress = [JobProgress::default(), JobProgress::default()];
+        let stop = AtomicBool::new(false);
+        let mut slow = MockQueue {
+            qid: 1,
+            slow: true,
+            first: None,
+            held: Vec::new(),
+        };
+        let mut fast = MockQueue {
+            qid: 2,
+            slow: false,
+            first: None,
+            held: Vec::new(),
+        };
+        let [c0, c1] = &cfgs;
+        let [p0, p1] = &progress;
+        let jobs = vec![
+            JobInput {
+                q: &mut slow,
+                cfg: c0,
+                bufs: &bufs,
+                progress: p0,
+                recovery: None,
+            },
+            JobInput {
+                q: &mut fast,
+                cfg: c1,
+                bufs: &bufs,
+                progress: p1,
+                recovery: None,
+            },
+        ];
+        let t0 = Instant::now();
+        let mut out = poll_jobs(None, jobs, &stop);
+        assert!(t0.elapsed() >= HOLD, "the slow job's commands came back");
+        out.sort_by_key(|(i, _)| *i);
+        let ios: Vec<u64> = out
+            .iter()
+            .map(|(_, r)| r.as_ref().map(|o| o.read.ios).unwrap())
+            .collect();
+        assert_eq!(ios.first(), Some(&u64::from(DEPTH)), "one batch, held");
+        assert!(
+            ios.get(1).is_some_and(|&n| n > 10 * u64::from(DEPTH)),
+            "the other job went on meanwhile: {ios:?}"
+        );
+        assert!(out.iter().all(|(_, r)| r.as_ref().unwrap().errors == 0));
+    }
+}
