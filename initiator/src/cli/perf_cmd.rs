@@ -94,6 +94,9 @@ pub fn perf_options(s: &JobSettings, progress: bool) -> PerfOptions {
 /// data) lives from the first section to the last, as a real target would.
 fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32), CliError> {
     let policy = reconnect_args::policy(a.conn.ctrl_loss_tmo, a.conn.reconnect_delay)?;
+    // A CPU this process may not run on is refused before anything connects (the run
+    // plans its threads again; the mask does not change in between).
+    perf::cpus::ThreadPlan::new(opts.numjobs, opts.cpus.as_ref())?;
     let jobs =
         u16::try_from(opts.numjobs).map_err(|_| CliError::Usage("numjobs is too large".into()))?;
     let min_q = u16::try_from(opts.iodepth.saturating_add(1)).unwrap_or(u16::MAX);
