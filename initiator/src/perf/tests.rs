@@ -6,6 +6,15 @@ use crate::testing::fake_target::{FakeTarget, FakeTargetConfig};
 use nvmf_common::types::Nqn;
 use nvmf_common::wire::status::{generic, Status};
 
+/// Held by the tests that keep several threads spinning (many jobs, pinned threads) and
+/// by the one that bounds its run's length: on a 2-core machine the latter would
+/// otherwise time the former's threads.
+pub(super) static SPINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub(super) fn spinning() -> std::sync::MutexGuard<'static, ()> {
+    SPINNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn setup(cfg: FakeTargetConfig, queues: u16) -> (FakeTarget, Controller, Vec<Queue>) {
     let t = FakeTarget::new(cfg);
     let mut o = ConnectOptions::new(
@@ -193,6 +202,7 @@ fn svg_plot_written() {
 
 #[test]
 fn ramp_is_not_measured_and_each_job_has_its_own_queue() {
+    let _serial = spinning();
     let (t, c, mut qs) = setup(FakeTargetConfig::default(), 2);
     let mut o = opts(Rw::RandRead);
     o.numjobs = 2;
@@ -227,6 +237,7 @@ fn first_cpu() -> usize {
 /// with its own verify state, and every block checks out.
 #[test]
 fn four_verifying_jobs_share_one_pinned_thread() {
+    let _serial = spinning();
     let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 4);
     let cpu = first_cpu();
     let mut o = opts(Rw::RandRw);
@@ -266,6 +277,7 @@ fn four_verifying_jobs_share_one_pinned_thread() {
 /// waits on another, and the default is one unpinned thread per allowed CPU.
 #[test]
 fn eight_deep_jobs_on_the_default_threads() {
+    let _serial = spinning();
     let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 8);
     let mut o = opts(Rw::RandRead);
     o.numjobs = 8;

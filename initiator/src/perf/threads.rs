@@ -208,6 +208,7 @@ mod tests {
     /// hold up the other, which completes I/O all along.
     #[test]
     fn a_job_with_nothing_to_reap_does_not_block_the_other() {
+        let _serial = crate::perf::tests::spinning();
         let end = Instant::now() + HOLD / 2;
         let cfgs = [config(0, end), config(1, end)];
         let bufs: Vec<IoBuf> = (0..DEPTH)
