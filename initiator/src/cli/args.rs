@@ -213,7 +213,7 @@ pub struct PerfArgs {
     #[command(flatten)]
     pub conn: ConnArgs,
     /// An fio job file: rw, rwmixread, bs/blocksize, iodepth, numjobs, runtime,
-    /// time_based, size, ramp_time, verify, randseed and nsid; other options are
+    /// time_based, size, ramp_time, verify, randseed, nsid and cpus_allowed; other options are
     /// refused with their line. Options given on the command line override it.
     #[arg(long = "job-file", value_name = "FILE")]
     pub job_file: Option<PathBuf>,
@@ -229,9 +229,15 @@ pub struct PerfArgs {
     /// Commands in flight per job.
     #[arg(long, default_value_t = 32)]
     pub iodepth: u32,
-    /// Jobs, each a thread with its own I/O queue.
+    /// Jobs, each with its own I/O queue, dealt round-robin to the polling threads
+    /// (see --cpus).
     #[arg(long, default_value_t = 1)]
     pub numjobs: u32,
+    /// CPUs of the polling threads ("0-1,3"): one thread pinned to each (never more
+    /// threads than jobs). Default: one unpinned thread per CPU this process may run
+    /// on. A job file's cpus_allowed means the same.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<nvmf_initiator::perf::cpus::CpuList>,
     /// Measured time ("10", "10s", "500ms"); default 10 s unless --size is given
     /// (then one pass over it).
     #[arg(long, value_parser = parse_duration)]
@@ -287,6 +293,9 @@ fn parse_bs(s: &str) -> Result<BsSpec, String> {
 }
 fn parse_duration(s: &str) -> Result<Duration, String> {
     perf::parse_duration(s).map_err(|e| e.to_string())
+}
+fn parse_cpus(s: &str) -> Result<nvmf_initiator::perf::cpus::CpuList, String> {
+    s.parse().map_err(|e: Error| e.to_string())
 }
 fn parse_size(s: &str) -> Result<u64, String> {
     perf::parse_size(s).map_err(|e| e.to_string())

@@ -33,6 +33,7 @@ fn cli_settings(a: &PerfArgs) -> JobSettings {
         verify: Some(a.verify),
         randseed: Some(a.seed),
         nsid: Some(a.nsid),
+        cpus: a.cpus.clone(),
     }
 }
 
@@ -54,6 +55,8 @@ pub fn explicit_settings(a: &PerfArgs, m: Option<&ArgMatches>) -> JobSettings {
         verify: all.verify.filter(|_| given("verify")),
         randseed: all.randseed.filter(|_| given("seed")),
         nsid: all.nsid.filter(|_| given("nsid")),
+        // No default: given means typed.
+        cpus: all.cpus,
     }
 }
 
@@ -74,6 +77,7 @@ pub fn perf_options(s: &JobSettings, progress: bool) -> PerfOptions {
         bs: s.bs.unwrap_or(d.bs),
         iodepth: s.iodepth.unwrap_or(d.iodepth),
         numjobs: s.numjobs.unwrap_or(d.numjobs),
+        cpus: s.cpus.clone(),
         runtime,
         size: s.size,
         ramp_time: s.ramp_time.unwrap_or(d.ramp_time),
@@ -90,6 +94,9 @@ pub fn perf_options(s: &JobSettings, progress: bool) -> PerfOptions {
 /// data) lives from the first section to the last, as a real target would.
 fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32), CliError> {
     let policy = reconnect_args::policy(a.conn.ctrl_loss_tmo, a.conn.reconnect_delay)?;
+    // A CPU this process may not run on is refused before anything connects (the run
+    // plans its threads again; the mask does not change in between).
+    perf::cpus::ThreadPlan::new(opts.numjobs, opts.cpus.as_ref())?;
     let jobs =
         u16::try_from(opts.numjobs).map_err(|_| CliError::Usage("numjobs is too large".into()))?;
     let min_q = u16::try_from(opts.iodepth.saturating_add(1)).unwrap_or(u16::MAX);

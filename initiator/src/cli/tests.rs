@@ -595,6 +595,60 @@ fn job_file_is_overridden_by_typed_options_only() {
     );
 }
 
+#[test]
+fn perf_cpus_takes_a_cpu_list_and_refuses_bad_ones() {
+    use super::perf_cmd::{explicit_settings, perf_options};
+    use nvmf_initiator::perf::jobfile::parse_job_file;
+    let parse = |cpus: &str| {
+        let argv = ["nvmf-initiator", "perf", "-t", "loopback", "--cpus", cpus];
+        Cli::try_parse_from(argv).map_err(|e| e.to_string())
+    };
+    let Ok(Cli {
+        command: Command::Perf(p),
+        ..
+    }) = parse("0-1,3")
+    else {
+        panic!("not perf")
+    };
+    let cpus = p.cpus.clone().map(|c| c.cpus().to_vec());
+    assert_eq!(cpus, Some(vec![0, 1, 3]));
+    assert_eq!(
+        perf_options(&explicit_settings(&p, None), false)
+            .cpus
+            .map(|c| c.to_string()),
+        Some("0-1,3".to_string())
+    );
+    for (bad, why) in [
+        ("9999", "CPU 9999 is beyond"),
+        ("a-b", "\"a\" is not a CPU number"),
+        ("", "empty"),
+        ("1,1", "listed twice"),
+    ] {
+        let e = parse(bad).map(|_| ()).unwrap_err();
+        assert!(e.contains("--cpus") && e.contains(why), "{bad:?}: {e}");
+    }
+    let Ok(Cli {
+        command: Command::Perf(p),
+        ..
+    }) = Cli::try_parse_from(["nvmf-initiator", "perf", "-t", "loopback"])
+    else {
+        panic!("not perf")
+    };
+    assert!(p.cpus.is_none(), "no default: one thread per allowed CPU");
+    // A job file's cpus_allowed means --cpus; the command line wins over it.
+    let secs = parse_job_file("[j]\ncpus_allowed=0-1\n", "j.fio").unwrap();
+    let file = secs.first().map(|s| s.settings.clone()).unwrap_or_default();
+    let o = perf_options(&file, false);
+    assert_eq!(o.cpus.map(|c| c.to_string()), Some("0-1".to_string()));
+    let e = parse_job_file("[j]\ncpus_allowed=x\n", "j.fio")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("j.fio:2:") && e.contains("not a CPU number"),
+        "{e}"
+    );
+}
+
 fn test_host() -> nvmf_common::types::Nqn {
     nvmf_common::types::Nqn::new(
         "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001",

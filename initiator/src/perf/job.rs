@@ -1,9 +1,15 @@
-//! One perf job: one thread driving one I/O queue (or, with several paths, one queue
-//! per path behind [`IoQueue`]) at a fixed depth.
+//! One perf job: one I/O queue (or, with several paths, one queue per path behind
+//! [`IoQueue`]) driven at a fixed depth, as a [`JobRunner`] that a polling thread steps
+//! round-robin with its other jobs ([`super::threads`]), or alone ([`run_job`]).
 //!
-//! The measured loop keeps `iodepth` commands in flight: it refills every free slot,
-//! flushes once, polls once, and records each completion's latency (submit to reap)
-//! in nanoseconds. Everything it touches is allocated before the loop starts: one
+//! Ownership: a job owns its queue (borrowed mutably for the run), its slots, its
+//! statistics and its verify state; it shares only atomics (progress counters, the
+//! stop flag), so the jobs of one thread never lock and never wait for each other.
+//! Ordering: each [`JobRunner::step`] refills every free slot, flushes once, polls once,
+//! and records each completion's latency (submit to reap) in nanoseconds. It never
+//! blocks on its queue: a job with nothing to reap hands the thread to the next job,
+//! and the thread blocks (in one queue's `wait`) only when all its jobs have been idle
+//! for [`SPIN_TIME`]. Everything the loop touches is allocated before it starts: one
 //! registered buffer per slot, the slot table, the completion vector, the histograms.
 //! Per I/O there is no allocation, no lock and no formatting; clocks are read once per
 //! submit batch and once per poll. Housekeeping (end of run, command timeouts,
@@ -37,9 +43,9 @@ use crate::transport::{DataDir, IoBuf};
 /// I/O is in flight an answer normally comes within microseconds and a blocking
 /// wake-up costs far more (tens of µs to a scheduler tick on these VMs), so spin;
 /// block only when the target has gone quiet.
-const SPIN_TIME: Duration = Duration::from_millis(1);
+pub(super) const SPIN_TIME: Duration = Duration::from_millis(1);
 /// The longest block in `wait` between polls.
-const WAIT_SLICE: Duration = Duration::from_millis(1);
+pub(super) const WAIT_SLICE: Duration = Duration::from_millis(1);
 /// How often the loop checks the clock-driven conditions.
 pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
 /// Width of one bucket of the IOPS timeline.
@@ -226,10 +232,246 @@ struct Job<'a> {
     done_bytes: u64,
 }
 
-/// Runs one job on `q` with one buffer per slot (`bufs.len() >= iodepth`, each at least
-/// `max_blocks` blocks). Returns what it measured: I/O errors, timeouts and a broken
-/// queue end the job and are counted there (unless `recovery` replaces the queue);
-/// only a bad setup is an `Err`.
+/// What one [`JobRunner::step`] did, for the thread that multiplexes jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Reaped completions (or changed phase or queue): step again soon.
+    Busy,
+    /// Nothing came back this time: the thread may serve another job, or wait.
+    Idle,
+    /// The job is over; [`JobRunner::finish`] has its outcome.
+    Done,
+}
+
+/// What one pass of [`Job::drive_once`] saw.
+enum Tick {
+    Reaped,
+    Empty,
+    /// The phase is over (nothing left to submit, nothing in flight).
+    Finished,
+}
+
+/// The loop state of one phase on one queue; begun afresh after a phase change or
+/// a queue replacement.
+struct DriveState {
+    comps: Vec<Completion>,
+    stop_submit: bool,
+    next_housekeeping: Instant,
+    /// Whether the commands left over from a broken queue were submitted again.
+    resubmitted: bool,
+}
+
+impl DriveState {
+    fn new(depth: usize) -> DriveState {
+        DriveState {
+            comps: Vec::with_capacity(depth * 2),
+            stop_submit: false,
+            next_housekeeping: Instant::now() + HOUSEKEEPING,
+            resubmitted: false,
+        }
+    }
+}
+
+/// One job as a state machine that a polling thread steps, round-robin with the other
+/// jobs it owns ([`super::threads`]). It owns nothing shared: its queue, slots,
+/// statistics and verify state are its own, so jobs on one thread never lock.
+pub struct JobRunner<'a, Q: IoQueue> {
+    job: Job<'a>,
+    q: &'a mut Q,
+    recovery: Option<Recovery<'a>>,
+    phase: Phase,
+    drive: DriveState,
+    generation: Generation,
+    /// Reconnects in a row without a completion, and the count at the last loss.
+    fruitless: u32,
+    done_at_loss: u64,
+    done: bool,
+}
+
+impl<'a, Q: IoQueue> JobRunner<'a, Q> {
+    /// A job on `q` with one buffer per slot (`bufs.len() >= iodepth`, each at least
+    /// `max_blocks` blocks). Only a bad setup is an `Err`.
+    pub fn new(
+        q: &'a mut Q,
+        cfg: &'a JobConfig,
+        bufs: &'a [IoBuf],
+        progress: &'a JobProgress,
+        stop: &'a AtomicBool,
+        recovery: Option<Recovery<'a>>,
+    ) -> Result<JobRunner<'a, Q>, Error> {
+        let depth = cfg.iodepth as usize;
+        if bufs.len() < depth || cfg.units == 0 {
+            return Err(Error::InvalidArgument(
+                "job set up without buffers or region".into(),
+            ));
+        }
+        let max_len = cfg.max_blocks as usize * cfg.block_size as usize;
+        let now = Instant::now();
+        let job = Job {
+            cfg,
+            bufs,
+            progress,
+            stop,
+            slots: vec![
+                Slot {
+                    unit: 0,
+                    lba: 0,
+                    nblocks: 0,
+                    write: false,
+                    gen: 0,
+                    t0: now,
+                };
+                depth
+            ],
+            rng: Rng::new(cfg.seed ^ u64::from(cfg.index)),
+            perm: Permutation::new(cfg.units, cfg.seed.wrapping_add(u64::from(cfg.index))),
+            seq_next: 0,
+            issued: 0,
+            readback_next: 0,
+            gens: if cfg.verify {
+                vec![0; usize::try_from(cfg.units).unwrap_or(0)]
+            } else {
+                Vec::new()
+            },
+            next_gen: 1,
+            scratch: if cfg.verify {
+                vec![0; max_len]
+            } else {
+                Vec::new()
+            },
+            out: JobOutcome {
+                index: cfg.index,
+                qid: q.qid().0,
+                read: DirStats::new()?,
+                write: DirStats::new()?,
+                errors: 0,
+                first_error: None,
+                elapsed: Duration::ZERO,
+                timeline: Vec::with_capacity(timeline_capacity(cfg)),
+                verify: VerifySummary::default(),
+                paths: Vec::new(),
+            },
+            last_record: None,
+            failed: false,
+            free: (0..depth).rev().collect(),
+            retry: Vec::new(),
+            inflight: 0,
+            pending: None,
+            path_errors: 0,
+            recovering: recovery.is_some_and(|r| r.source.retry_policy() == RetryPolicy::Retry),
+            completed: 0,
+            done_ios: 0,
+            done_bytes: 0,
+        };
+        Ok(JobRunner {
+            job,
+            q,
+            recovery,
+            phase: Phase::Main,
+            drive: DriveState::new(depth),
+            generation: Generation::default(),
+            fruitless: 0,
+            done_at_loss: 0,
+            done: false,
+        })
+    }
+
+    /// One pass: refill free slots, flush, poll once, account what came back, and
+    /// (every [`HOUSEKEEPING`]) the clock-driven checks. Never blocks on the queue;
+    /// only a lost connection blocks, in [`Requeue::replace`](crate::requeue::Requeue),
+    /// while the controller reconnects (the other jobs of its thread share that
+    /// controller, so they could not run meanwhile either).
+    pub fn step(&mut self) -> Step {
+        if self.done {
+            return Step::Done;
+        }
+        let cfg = self.job.cfg;
+        let depth = cfg.iodepth as usize;
+        match self.job.drive_once(self.q, self.phase, &mut self.drive) {
+            Ok(Tick::Reaped) => Step::Busy,
+            Ok(Tick::Empty) => Step::Idle,
+            Ok(Tick::Finished)
+                if self.phase == Phase::Main
+                    && cfg.verify
+                    && cfg.rw.writes()
+                    && !self.job.failed =>
+            {
+                self.phase = Phase::Readback;
+                self.drive = DriveState::new(depth);
+                Step::Busy
+            }
+            Ok(Tick::Finished) => self.end(),
+            Err(e) => {
+                let Some(rc) = self.recovery.filter(|_| self.q.is_broken() || e.is_fatal()) else {
+                    // A broken queue ends the job; what was measured so far is reported.
+                    self.job.record_error(&e);
+                    return self.end();
+                };
+                let job = &mut self.job;
+                self.fruitless = if job.completed == self.done_at_loss {
+                    self.fruitless + 1
+                } else {
+                    0
+                };
+                self.done_at_loss = job.completed;
+                if self.fruitless > MAX_FRUITLESS_RECONNECTS {
+                    job.record_error(&Error::Timeout(format!(
+                        "{MAX_FRUITLESS_RECONNECTS} reconnects in a row without a completed command; last error: {e}"
+                    )));
+                    return self.end();
+                }
+                match job.recover(self.q, rc, &mut self.generation, &e) {
+                    Ok(true) => {
+                        self.drive = DriveState::new(depth);
+                        Step::Busy
+                    }
+                    Ok(false) => self.end(),
+                    Err(e) => {
+                        // Lost past ctrl-loss-tmo: each command waiting for a retry failed.
+                        let waiting = job.retry.len().max(1) as u64;
+                        job.retry.clear();
+                        job.record_error(&e);
+                        job.out.errors += waiting - 1;
+                        self.end()
+                    }
+                }
+            }
+        }
+    }
+
+    fn end(&mut self) -> Step {
+        self.done = true;
+        Step::Done
+    }
+
+    /// Blocks up to `timeout` for this job's queue to have something (when every job of
+    /// the thread has been idle a while).
+    pub fn wait(&mut self, timeout: Duration) {
+        self.q.wait(timeout);
+    }
+
+    /// The job's index (its place in the report).
+    pub fn index(&self) -> u32 {
+        self.job.cfg.index
+    }
+
+    /// What the job measured (after [`Step::Done`]).
+    pub fn finish(self) -> JobOutcome {
+        let mut job = self.job;
+        job.publish();
+        job.out.paths = self.q.path_ios();
+        let cfg = job.cfg;
+        let end = job.last_record.unwrap_or(cfg.ramp_end);
+        job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
+        job.progress.done.store(true, Ordering::Relaxed);
+        job.out
+    }
+}
+
+/// Runs one job alone on the calling thread until it ends (see [`JobRunner`]): spins
+/// while completions come, and blocks in the queue's `wait` once it has gone quiet for
+/// [`SPIN_TIME`]. I/O errors, timeouts and a broken queue end the job and are counted
+/// in its outcome (unless `recovery` replaces the queue); only a bad setup is an `Err`.
 pub fn run_job<Q: IoQueue>(
     q: &mut Q,
     cfg: &JobConfig,
@@ -238,118 +480,23 @@ pub fn run_job<Q: IoQueue>(
     stop: &AtomicBool,
     recovery: Option<Recovery<'_>>,
 ) -> Result<JobOutcome, Error> {
-    let depth = cfg.iodepth as usize;
-    if bufs.len() < depth || cfg.units == 0 {
-        return Err(Error::InvalidArgument(
-            "job set up without buffers or region".into(),
-        ));
-    }
-    let max_len = cfg.max_blocks as usize * cfg.block_size as usize;
-    let now = Instant::now();
-    let mut job = Job {
-        cfg,
-        bufs,
-        progress,
-        stop,
-        slots: vec![
-            Slot {
-                unit: 0,
-                lba: 0,
-                nblocks: 0,
-                write: false,
-                gen: 0,
-                t0: now,
-            };
-            depth
-        ],
-        rng: Rng::new(cfg.seed ^ u64::from(cfg.index)),
-        perm: Permutation::new(cfg.units, cfg.seed.wrapping_add(u64::from(cfg.index))),
-        seq_next: 0,
-        issued: 0,
-        readback_next: 0,
-        gens: if cfg.verify {
-            vec![0; usize::try_from(cfg.units).unwrap_or(0)]
-        } else {
-            Vec::new()
-        },
-        next_gen: 1,
-        scratch: if cfg.verify {
-            vec![0; max_len]
-        } else {
-            Vec::new()
-        },
-        out: JobOutcome {
-            index: cfg.index,
-            qid: q.qid().0,
-            read: DirStats::new()?,
-            write: DirStats::new()?,
-            errors: 0,
-            first_error: None,
-            elapsed: Duration::ZERO,
-            timeline: Vec::with_capacity(timeline_capacity(cfg)),
-            verify: VerifySummary::default(),
-            paths: Vec::new(),
-        },
-        last_record: None,
-        failed: false,
-        free: (0..depth).rev().collect(),
-        retry: Vec::new(),
-        inflight: 0,
-        pending: None,
-        path_errors: 0,
-        recovering: recovery.is_some_and(|r| r.source.retry_policy() == RetryPolicy::Retry),
-        completed: 0,
-        done_ios: 0,
-        done_bytes: 0,
-    };
-    let mut generation = Generation::default();
-    let mut phase = Phase::Main;
-    let (mut fruitless, mut done_at_loss) = (0u32, 0u64);
+    let mut runner = JobRunner::new(q, cfg, bufs, progress, stop, recovery)?;
+    let mut idle_since: Option<Instant> = None;
     loop {
-        match job.drive(q, phase) {
-            Ok(()) if phase == Phase::Main && cfg.verify && cfg.rw.writes() && !job.failed => {
-                phase = Phase::Readback;
-            }
-            Ok(()) => break,
-            Err(e) => {
-                let Some(rc) = recovery.filter(|_| q.is_broken() || e.is_fatal()) else {
-                    // A broken queue ends the job; what was measured so far is reported.
-                    job.record_error(&e);
-                    break;
-                };
-                fruitless = if job.completed == done_at_loss {
-                    fruitless + 1
-                } else {
-                    0
-                };
-                done_at_loss = job.completed;
-                if fruitless > MAX_FRUITLESS_RECONNECTS {
-                    job.record_error(&Error::Timeout(format!(
-                        "{MAX_FRUITLESS_RECONNECTS} reconnects in a row without a completed command; last error: {e}"
-                    )));
-                    break;
-                }
-                match job.recover(q, rc, &mut generation, &e) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        // Lost past ctrl-loss-tmo: each command waiting for a retry failed.
-                        let waiting = job.retry.len().max(1) as u64;
-                        job.retry.clear();
-                        job.record_error(&e);
-                        job.out.errors += waiting - 1;
-                        break;
-                    }
+        match runner.step() {
+            Step::Done => break,
+            Step::Busy => idle_since = None,
+            Step::Idle => {
+                let now = Instant::now();
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) >= SPIN_TIME {
+                    runner.wait(WAIT_SLICE);
+                    idle_since = None;
                 }
             }
         }
     }
-    job.publish();
-    job.out.paths = q.path_ios();
-    let end = job.last_record.unwrap_or(cfg.ramp_end);
-    job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
-    progress.done.store(true, Ordering::Relaxed);
-    Ok(job.out)
+    Ok(runner.finish())
 }
 
 fn timeline_capacity(cfg: &JobConfig) -> usize {
@@ -580,91 +727,90 @@ impl Job<'_> {
         }
     }
 
-    fn drive<Q: IoQueue>(&mut self, q: &mut Q, phase: Phase) -> Result<(), Error> {
-        let depth = self.cfg.iodepth as usize;
-        let mut comps: Vec<Completion> = Vec::with_capacity(depth * 2);
-        let mut idle_since: Option<Instant> = None;
-        let mut stop_submit = false;
-        let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
-        self.resubmit_retries(q)?;
-        loop {
-            if !stop_submit {
-                let now = Instant::now();
-                let mut submitted = 0usize;
-                while let Some(&s) = self.free.last() {
-                    let Some(p) = self.pending.take().or_else(|| self.next_io(phase)) else {
-                        stop_submit = true;
-                        break;
-                    };
-                    if !self.start(q, s, p, now)? {
-                        // Every command identifier is in use (iodepth above the queue's
-                        // size): the planned I/O waits for the next completion.
-                        self.pending = Some(p);
-                        break;
-                    }
-                    self.free.pop();
-                    self.inflight += 1;
-                    submitted += 1;
-                }
-                if submitted > 0 {
-                    q.flush()?;
-                }
-            }
-            comps.clear();
-            let polled = q.poll(&mut comps);
+    /// One pass of the measured loop (see [`JobRunner::step`]).
+    fn drive_once<Q: IoQueue>(
+        &mut self,
+        q: &mut Q,
+        phase: Phase,
+        st: &mut DriveState,
+    ) -> Result<Tick, Error> {
+        if !st.resubmitted {
+            st.resubmitted = true;
+            self.resubmit_retries(q)?;
+        }
+        if !st.stop_submit {
             let now = Instant::now();
-            for c in comps.iter() {
-                if self.finish(c, now, phase) {
-                    self.free.push(c.tag as usize);
-                } else {
-                    self.retry.push(c.tag as usize);
+            let mut submitted = 0usize;
+            while let Some(&s) = self.free.last() {
+                let Some(p) = self.pending.take().or_else(|| self.next_io(phase)) else {
+                    st.stop_submit = true;
+                    break;
+                };
+                if !self.start(q, s, p, now)? {
+                    // Every command identifier is in use (iodepth above the queue's
+                    // size): the planned I/O waits in the job for a later completion,
+                    // while the thread serves its other jobs.
+                    self.pending = Some(p);
+                    break;
                 }
-                self.inflight = self.inflight.saturating_sub(1);
+                self.free.pop();
+                self.inflight += 1;
+                submitted += 1;
             }
-            // A protocol error leaves the queue broken: stop (the caller records it).
-            polled?;
-            if !self.retry.is_empty() {
-                if std::mem::take(&mut self.path_errors) > 0 {
-                    return Err(Error::Path(format!(
-                        "{} command(s) on queue {} refused by the path (ANA)",
-                        self.retry.len(),
-                        q.qid()
-                    )));
-                }
-                return Err(Error::Timeout(format!(
-                    "{} command(s) on queue {} got no response before the command timeout",
+            if submitted > 0 {
+                q.flush()?;
+            }
+        }
+        st.comps.clear();
+        let polled = q.poll(&mut st.comps);
+        let now = Instant::now();
+        for c in st.comps.iter() {
+            if self.finish(c, now, phase) {
+                self.free.push(c.tag as usize);
+            } else {
+                self.retry.push(c.tag as usize);
+            }
+            self.inflight = self.inflight.saturating_sub(1);
+        }
+        // A protocol error leaves the queue broken: stop (the caller records it).
+        polled?;
+        if !self.retry.is_empty() {
+            if std::mem::take(&mut self.path_errors) > 0 {
+                return Err(Error::Path(format!(
+                    "{} command(s) on queue {} refused by the path (ANA)",
                     self.retry.len(),
                     q.qid()
                 )));
             }
-            if self.failed {
-                stop_submit = true;
-            }
-            if comps.is_empty() {
-                let since = *idle_since.get_or_insert(now);
-                if now.duration_since(since) >= SPIN_TIME {
-                    q.wait(WAIT_SLICE);
-                    idle_since = None;
-                }
-            } else {
-                idle_since = None;
-            }
-            if now >= next_housekeeping {
-                next_housekeeping = now + HOUSEKEEPING;
-                if phase == Phase::Main && self.cfg.end.is_some_and(|e| now >= e) {
-                    stop_submit = true;
-                }
-                if self.stop.load(Ordering::Relaxed) {
-                    stop_submit = true;
-                }
-                // Timed-out commands come back through the next poll as errors.
-                q.expire(now);
-                self.publish();
-            }
-            if stop_submit && self.inflight == 0 {
-                return Ok(());
-            }
+            return Err(Error::Timeout(format!(
+                "{} command(s) on queue {} got no response before the command timeout",
+                self.retry.len(),
+                q.qid()
+            )));
         }
+        if self.failed {
+            st.stop_submit = true;
+        }
+        if now >= st.next_housekeeping {
+            st.next_housekeeping = now + HOUSEKEEPING;
+            if phase == Phase::Main && self.cfg.end.is_some_and(|e| now >= e) {
+                st.stop_submit = true;
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                st.stop_submit = true;
+            }
+            // Timed-out commands come back through the next poll as errors.
+            q.expire(now);
+            self.publish();
+        }
+        if st.stop_submit && self.inflight == 0 {
+            return Ok(Tick::Finished);
+        }
+        Ok(if st.comps.is_empty() {
+            Tick::Empty
+        } else {
+            Tick::Reaped
+        })
     }
 
     /// Submits again the commands that were in flight when the previous queue broke.

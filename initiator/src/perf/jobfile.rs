@@ -47,6 +47,9 @@ pub struct JobSettings {
     pub randseed: Option<u64>,
     /// Ours: the namespace.
     pub nsid: Option<u32>,
+    /// fio's `cpus_allowed` (a cpu list), taken as perf's `--cpus`: one polling thread
+    /// pinned to each listed CPU, rather than fio's every job allowed on all of them.
+    pub cpus: Option<super::cpus::CpuList>,
 }
 
 impl JobSettings {
@@ -65,6 +68,7 @@ impl JobSettings {
             verify: self.verify.or(lower.verify),
             randseed: self.randseed.or(lower.randseed),
             nsid: self.nsid.or(lower.nsid),
+            cpus: self.cpus.or_else(|| lower.cpus.clone()),
         }
     }
 
@@ -109,6 +113,7 @@ impl JobSettings {
             }
             "randseed" => self.randseed = Some(num(v()?)?),
             "nsid" => self.nsid = Some(small(key, num(v()?)?)?),
+            "cpus_allowed" => self.cpus = Some(v()?.parse().map_err(err)?),
             _ => return Ok(false),
         }
         Ok(true)

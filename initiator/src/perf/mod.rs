@@ -1,9 +1,12 @@
 //! `perf`: a fio-like load generator on the host library.
 //!
 //! Owned by the host library. [`run`] takes a connected [`Controller`]'s I/O queues
-//! (from [`Controller::take_io_queues`]) and runs `numjobs` jobs, each on its own thread
-//! and its own queue, each keeping `iodepth` commands in flight (see [`job`] for the
-//! measured loop). Jobs work on disjoint slices of the LBA span (like fio's
+//! (from [`Controller::take_io_queues`]) and runs `numjobs` jobs, each on its own queue,
+//! each keeping `iodepth` commands in flight (see [`job`] for the measured loop). Jobs
+//! are dealt round-robin to a bounded set of polling threads ([`threads`]): one per
+//! CPU of `--cpus` (pinned), else one per CPU the process may run on, never more than
+//! jobs ([`cpus::ThreadPlan`]); so `numjobs` beyond the cores does not leave threads
+//! spinning against each other for the same cores. Jobs work on disjoint slices of the LBA span (like fio's
 //! `offset_increment`), so `--verify` can check every block exactly. Latency is
 //! recorded per I/O into HDR histograms (nanoseconds); the report has IOPS and
 //! bandwidth per job and in total, percentiles, CPU time of the process, an IOPS
@@ -11,12 +14,14 @@
 //! [`run_recovering`] survives a lost connection: jobs go on, on the queues of the
 //! reconnected controller.
 
+pub mod cpus;
 pub mod job;
 pub mod jobfile;
 pub mod parse;
 pub mod report;
 pub mod rng;
 pub mod svg;
+mod threads;
 pub mod verify;
 
 use std::io::IsTerminal;
@@ -62,8 +67,11 @@ pub struct PerfOptions {
     pub rwmixread: u8,
     pub bs: BsSpec,
     pub iodepth: u32,
-    /// Jobs = threads = I/O queues used.
+    /// Jobs = I/O queues used.
     pub numjobs: u32,
+    /// CPUs of the polling threads, one pinned thread each (`--cpus`); `None`: one
+    /// unpinned thread per CPU the process may run on. Never more threads than jobs.
+    pub cpus: Option<cpus::CpuList>,
     /// Measured time (after the ramp). `None`: one pass over the span.
     pub runtime: Option<Duration>,
     /// Bytes of the namespace to use (from LBA 0); `None`: all of it.
@@ -88,6 +96,7 @@ impl Default for PerfOptions {
             bs: BsSpec::fixed(4096),
             iodepth: 32,
             numjobs: 1,
+            cpus: None,
             runtime: Some(Duration::from_secs(10)),
             size: None,
             ramp_time: Duration::ZERO,
@@ -249,6 +258,7 @@ pub fn run_recovering<Q: IoQueue>(
     requeue: Option<&dyn Requeue>,
 ) -> Result<PerfReport, Error> {
     let layout = plan(t, queues, o)?;
+    let threads = cpus::ThreadPlan::new(o.numjobs, o.cpus.as_ref())?;
     let bs = t.ns.block_size;
     let buf_len = layout.max_blocks as usize * bs as usize;
 
@@ -303,22 +313,39 @@ pub fn run_recovering<Q: IoQueue>(
 
     let bar = progress_bar(o, units_per_job);
     let mut cpu_start: Option<CpuUsage> = None;
+    debug!(threads = threads.threads, pins = ?threads.pins, "perf threads");
     let results: Vec<Result<JobOutcome, Error>> = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(configs.len());
+        // Deal the jobs to the threads; each thread owns its jobs' queues for the run.
+        let mut groups: Vec<Vec<threads::JobInput<'_, Q>>> =
+            (0..threads.threads).map(|_| Vec::new()).collect();
         for ((q, cfg), (b, p)) in queues
             .iter_mut()
             .zip(configs.iter())
             .zip(bufs.iter().zip(progress.iter()))
         {
-            let stop = &stop;
             let recovery = requeue.map(|source| Recovery {
                 source,
                 index: cfg.index as usize,
             });
+            if let Some(g) = groups.get_mut(threads.thread_of(cfg.index as usize)) {
+                g.push(threads::JobInput {
+                    q,
+                    cfg,
+                    bufs: b,
+                    progress: p,
+                    recovery,
+                });
+            }
+        }
+        let mut handles = Vec::with_capacity(groups.len());
+        for (t, jobs) in groups.into_iter().enumerate() {
+            let members: Vec<u32> = jobs.iter().map(|j| j.cfg.index).collect();
+            let stop = &stop;
+            let pin = threads.pin(t);
             let h = std::thread::Builder::new()
-                .name(format!("perf-job{}", cfg.index))
-                .spawn_scoped(s, move || job::run_job(q, cfg, b, p, stop, recovery));
-            handles.push(h);
+                .name(format!("perf-thread{t}"))
+                .spawn_scoped(s, move || threads::poll_jobs(pin, jobs, stop));
+            handles.push((members, h));
         }
         let mut last_draw = Instant::now();
         let mut last_ios = 0u64;
@@ -330,7 +357,7 @@ pub fn run_recovering<Q: IoQueue>(
             }
             if handles
                 .iter()
-                .all(|h| h.as_ref().map_or(true, |h| h.is_finished()))
+                .all(|(_, h)| h.as_ref().map_or(true, |h| h.is_finished()))
             {
                 break;
             }
@@ -360,15 +387,27 @@ pub fn run_recovering<Q: IoQueue>(
             }
             std::thread::sleep(COORDINATOR_TICK);
         }
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::Protocol("perf job panicked".into()))),
-                Err(e) => Err(Error::Io(e)),
-            })
-            .collect()
+        let mut all: Vec<(u32, Result<JobOutcome, Error>)> = Vec::with_capacity(configs.len());
+        for (members, h) in handles {
+            match h.map(|h| h.join()) {
+                Ok(Ok(r)) => all.extend(r),
+                Ok(Err(_)) => all.extend(
+                    members
+                        .into_iter()
+                        .map(|i| (i, Err(Error::Protocol("perf thread panicked".into())))),
+                ),
+                Err(e) => {
+                    let why = e.to_string();
+                    all.extend(members.into_iter().map(|i| {
+                        let e = std::io::Error::new(e.kind(), why.clone());
+                        (i, Err(Error::Io(e)))
+                    }));
+                }
+            }
+        }
+        // The report lists jobs by index, as when each job had its own thread.
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, r)| r).collect()
     });
     let cpu_end = CpuUsage::now();
     if let Some(bar) = bar {
@@ -395,7 +434,10 @@ pub fn run_recovering<Q: IoQueue>(
             }
         }
     }
-    PerfReport::new(o.clone(), t.ns.clone(), layout.span_blocks, jobs, cpu)
+    let mut report = PerfReport::new(o.clone(), t.ns.clone(), layout.span_blocks, jobs, cpu)?;
+    report.threads = threads.threads;
+    report.thread_cpus = threads.cpu_list();
+    Ok(report)
 }
 
 fn progress_bar(o: &PerfOptions, units: u64) -> Option<ProgressBar> {

@@ -23,6 +23,8 @@ const BYTES_PER_KIB: f64 = 1024.0;
 const BYTES_PER_MIB: f64 = 1024.0 * 1024.0;
 const BYTES_PER_MB: f64 = 1_000_000.0;
 const PERCENT: f64 = 100.0;
+/// The header's `cpus=` when the threads were not pinned.
+const UNPINNED: &str = "unpinned";
 
 /// Process CPU time (getrusage RUSAGE_SELF).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,6 +86,10 @@ pub struct PerfReport {
     pub verify: VerifySummary,
     /// Completions per [`TIMELINE_BUCKET`], all jobs.
     pub timeline: Vec<u64>,
+    /// Polling threads the jobs ran on.
+    pub threads: usize,
+    /// The CPUs they were pinned to (`--cpus`, as a list like `0-1,3`); `None`: unpinned.
+    pub thread_cpus: Option<String>,
 }
 
 impl PerfReport {
@@ -122,6 +128,8 @@ impl PerfReport {
             write,
             verify,
             timeline,
+            threads: 1,
+            thread_cpus: None,
         })
     }
 
@@ -187,11 +195,13 @@ impl PerfReport {
             .map_or_else(|| "one pass".to_string(), |r| format!("{r:?}"));
         let _ = writeln!(
             s,
-            "perf: rw={} bs={} iodepth={} numjobs={} runtime={runtime} nsid={} (block size {}, span {})",
+            "perf: rw={} bs={} iodepth={} numjobs={} threads={} cpus={} runtime={runtime} nsid={} (block size {}, span {})",
             o.rw,
             o.bs,
             o.iodepth,
             o.numjobs,
+            self.threads,
+            self.thread_cpus.as_deref().unwrap_or(UNPINNED),
             self.namespace.nsid,
             self.namespace.block_size,
             format_bytes(self.span_blocks * u64::from(self.namespace.block_size)),
@@ -284,6 +294,8 @@ impl PerfReport {
                 "bs": o.bs.to_string(),
                 "iodepth": o.iodepth,
                 "numjobs": o.numjobs,
+                "threads": self.threads,
+                "cpus": self.thread_cpus,
                 "runtime": o.runtime.map(|r| r.as_millis() as u64),
                 "ramp_time": o.ramp_time.as_millis() as u64,
                 "size": self.span_blocks * u64::from(self.namespace.block_size),

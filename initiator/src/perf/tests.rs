@@ -6,6 +6,15 @@ use crate::testing::fake_target::{FakeTarget, FakeTargetConfig};
 use nvmf_common::types::Nqn;
 use nvmf_common::wire::status::{generic, Status};
 
+/// Held by the tests that keep several threads spinning (many jobs, pinned threads) and
+/// by the one that bounds its run's length: on a 2-core machine the latter would
+/// otherwise time the former's threads.
+pub(super) static SPINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub(super) fn spinning() -> std::sync::MutexGuard<'static, ()> {
+    SPINNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn setup(cfg: FakeTargetConfig, queues: u16) -> (FakeTarget, Controller, Vec<Queue>) {
     let t = FakeTarget::new(cfg);
     let mut o = ConnectOptions::new(
@@ -193,6 +202,7 @@ fn svg_plot_written() {
 
 #[test]
 fn ramp_is_not_measured_and_each_job_has_its_own_queue() {
+    let _serial = spinning();
     let (t, c, mut qs) = setup(FakeTargetConfig::default(), 2);
     let mut o = opts(Rw::RandRead);
     o.numjobs = 2;
@@ -211,4 +221,94 @@ fn ramp_is_not_measured_and_each_job_has_its_own_queue() {
     qids.sort_unstable();
     qids.dedup();
     assert_eq!(qids.len(), 2, "two jobs on two I/O queues");
+}
+
+/// The first CPU this process may run on.
+fn first_cpu() -> usize {
+    cpus::CpuList::allowed()
+        .unwrap()
+        .cpus()
+        .first()
+        .copied()
+        .unwrap()
+}
+
+/// `--cpus N` with 4 jobs: one thread pinned to N runs all four, each on its own queue
+/// with its own verify state, and every block checks out.
+#[test]
+fn four_verifying_jobs_share_one_pinned_thread() {
+    let _serial = spinning();
+    let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 4);
+    let cpu = first_cpu();
+    let mut o = opts(Rw::RandRw);
+    o.numjobs = 4;
+    o.iodepth = 8;
+    o.verify = true;
+    // The fake namespace is 1 MiB: 64 units of 4 KiB per job.
+    o.size = Some(1 << 20);
+    o.cpus = Some(cpu.to_string().parse().unwrap());
+    let r = run(&c, &mut qs, &o).unwrap();
+    assert!(!r.failed(), "{}", r.format_normal());
+    assert_eq!(
+        (r.threads, r.thread_cpus.clone()),
+        (1, Some(cpu.to_string()))
+    );
+    assert_eq!(r.jobs.len(), 4);
+    for (i, j) in r.jobs.iter().enumerate() {
+        assert_eq!(j.index as usize, i, "jobs listed in order");
+        assert!(j.read.ios + j.write.ios > 0, "job {i} did nothing");
+        assert!(j.verify.blocks_checked > 0, "job {i} checked nothing");
+    }
+    let mut qids: Vec<u16> = r.jobs.iter().map(|j| j.qid).collect();
+    qids.sort_unstable();
+    qids.dedup();
+    assert_eq!(qids.len(), 4, "each job keeps its own queue");
+    let text = r.format_normal();
+    assert!(
+        text.contains(&format!("numjobs=4 threads=1 cpus={cpu} ")),
+        "{text}"
+    );
+    let j = r.to_json();
+    assert_eq!(j["options"]["threads"], 1);
+    assert_eq!(j["options"]["cpus"], cpu.to_string());
+}
+
+/// More jobs than CPUs, each deeper than its queue (64 entries): every job runs, none
+/// waits on another, and the default is one unpinned thread per allowed CPU.
+#[test]
+fn eight_deep_jobs_on_the_default_threads() {
+    let _serial = spinning();
+    let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 8);
+    let mut o = opts(Rw::RandRead);
+    o.numjobs = 8;
+    o.iodepth = 256;
+    let r = run(&c, &mut qs, &o).unwrap();
+    assert!(!r.failed(), "{}", r.format_normal());
+    let allowed = cpus::CpuList::allowed().unwrap().cpus().len();
+    assert_eq!((r.threads, r.thread_cpus.clone()), (allowed.min(8), None));
+    assert!(
+        r.jobs.iter().all(|j| j.read.ios > 0),
+        "{}",
+        r.format_normal()
+    );
+    assert!(r.format_normal().contains("cpus=unpinned"));
+    assert_eq!(r.to_json()["options"]["cpus"], serde_json::Value::Null);
+}
+
+#[test]
+fn a_cpu_outside_the_affinity_mask_is_refused() {
+    let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 1);
+    let allowed = cpus::CpuList::allowed().unwrap();
+    let Some(outside) = (0..nix::sched::CpuSet::count()).find(|c| !allowed.cpus().contains(c))
+    else {
+        return;
+    };
+    let mut o = opts(Rw::RandRead);
+    o.cpus = Some(outside.to_string().parse().unwrap());
+    match run(&c, &mut qs, &o) {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains("not one this process may run on"), "{m}")
+        }
+        other => panic!("{:?}", other.map(|r| r.format_normal())),
+    }
 }
