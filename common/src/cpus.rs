@@ -10,8 +10,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Highest CPU number accepted in a list: the kernel's `CONFIG_NR_CPUS` ceiling.
-pub const MAX_CPU: usize = 8191;
+/// Highest CPU number accepted in a list: what a `cpu_set_t` (glibc's `CPU_SETSIZE`,
+/// nix's `CpuSet`) can name, so every listed CPU can be pinned to.
+pub const MAX_CPU: usize = 1023;
 
 /// A non-empty, sorted set of CPU numbers without duplicates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +35,14 @@ impl CpuList {
     /// The CPUs, ascending.
     pub fn cpus(&self) -> &[usize] {
         &self.0
+    }
+
+    /// A list of these CPUs (sorted, each once), or `None` when empty or beyond
+    /// [`MAX_CPU`].
+    pub fn from_cpus(mut cpus: Vec<usize>) -> Option<Self> {
+        cpus.sort_unstable();
+        cpus.dedup();
+        (!cpus.is_empty() && cpus.iter().all(|&c| c <= MAX_CPU)).then_some(CpuList(cpus))
     }
 
     /// How many CPUs the list names.
@@ -221,10 +230,7 @@ mod tests {
             "-1".parse::<CpuList>(),
             Err(CpuListError::Syntax("-1".into()))
         );
-        assert_eq!(
-            "99999".parse::<CpuList>(),
-            Err(CpuListError::TooLarge(99999))
-        );
+        assert_eq!("9999".parse::<CpuList>(), Err(CpuListError::TooLarge(9999)));
     }
 
     #[test]

@@ -913,7 +913,7 @@ fn poll_group_cpus_parse_and_unusable_cpus_are_refused() {
     ));
     assert!(
         e.to_string()
-            .starts_with("configs/x.yaml:14:3: transport.cpus: CPU 8191 is not available"),
+            .starts_with("configs/x.yaml:14:3: transport.cpus: CPU 1023 is not available"),
         "{e}"
     );
     let e = error_of(&format!("{BASE}transport:\n  cpus: \"1-0\"\n"));

@@ -295,7 +295,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     perf::parse_duration(s).map_err(|e| e.to_string())
 }
 fn parse_cpus(s: &str) -> Result<nvmf_initiator::perf::cpus::CpuList, String> {
-    s.parse().map_err(|e: Error| e.to_string())
+    nvmf_initiator::perf::cpus::parse(s).map_err(|e| e.to_string())
 }
 fn parse_size(s: &str) -> Result<u64, String> {
     perf::parse_size(s).map_err(|e| e.to_string())

@@ -191,10 +191,14 @@ impl Client {
     /// closed the connection between replies.
     fn reply_or_end(&mut self) -> Option<Reply> {
         let mut m = [0u8; 4];
-        let first = self.s.read(&mut m).unwrap();
-        if first == 0 {
-            return None;
-        }
+        // A server that closes with our unread requests still queued resets the
+        // connection rather than ending it: both mean it is gone.
+        let first = match self.s.read(&mut m) {
+            Ok(0) => return None,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+            Err(e) => panic!("reading a reply: {e}"),
+        };
         self.s.read_exact(&mut m[first..]).unwrap();
         Some(self.reply_after(m, 0))
     }

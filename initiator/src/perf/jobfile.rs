@@ -113,7 +113,7 @@ impl JobSettings {
             }
             "randseed" => self.randseed = Some(num(v()?)?),
             "nsid" => self.nsid = Some(small(key, num(v()?)?)?),
-            "cpus_allowed" => self.cpus = Some(v()?.parse().map_err(err)?),
+            "cpus_allowed" => self.cpus = Some(super::cpus::parse(v()?).map_err(err)?),
             _ => return Ok(false),
         }
         Ok(true)

@@ -225,12 +225,7 @@ fn ramp_is_not_measured_and_each_job_has_its_own_queue() {
 
 /// The first CPU this process may run on.
 fn first_cpu() -> usize {
-    cpus::CpuList::allowed()
-        .unwrap()
-        .cpus()
-        .first()
-        .copied()
-        .unwrap()
+    cpus::allowed().unwrap().cpus().first().copied().unwrap()
 }
 
 /// `--cpus N` with 4 jobs: one thread pinned to N runs all four, each on its own queue
@@ -284,7 +279,7 @@ fn eight_deep_jobs_on_the_default_threads() {
     o.iodepth = 256;
     let r = run(&c, &mut qs, &o).unwrap();
     assert!(!r.failed(), "{}", r.format_normal());
-    let allowed = cpus::CpuList::allowed().unwrap().cpus().len();
+    let allowed = cpus::allowed().unwrap().cpus().len();
     assert_eq!((r.threads, r.thread_cpus.clone()), (allowed.min(8), None));
     assert!(
         r.jobs.iter().all(|j| j.read.ios > 0),
@@ -298,7 +293,7 @@ fn eight_deep_jobs_on_the_default_threads() {
 #[test]
 fn a_cpu_outside_the_affinity_mask_is_refused() {
     let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 1);
-    let allowed = cpus::CpuList::allowed().unwrap();
+    let allowed = cpus::allowed().unwrap();
     let Some(outside) = (0..nix::sched::CpuSet::count()).find(|c| !allowed.cpus().contains(c))
     else {
         return;
