@@ -35,7 +35,7 @@
 //!   completion is polled. Posting beyond `max_send_wr`/`max_recv_wr` gives
 //!   [`VerbsError::QueueFull`].
 //! - **RNR retry.** A SEND that finds no receive posted waits (yielding) up to the
-//!   device's RNR timeout ([`SoftDevice::set_rnr_timeout`], default 100 ms) before
+//!   device's RNR timeout ([`SoftDevice::set_rnr_timeout`], default 2 s) before
 //!   failing with `RnrRetryExceeded`, like an RC QP with a finite `rnr_retry`. This
 //!   covers the window between `accept` returning and the passive side posting its
 //!   receives, during which the active side may already send.
@@ -76,7 +76,11 @@ use super::{CompletionQueue, Device, Listener, ProtectionDomain, QpInit, QueuePa
 
 pub use counters::SoftCounters;
 
-const DEFAULT_RNR_TIMEOUT: Duration = Duration::from_millis(100);
+/// NVMe/RDMA hosts ask for endless RNR retries (Linux and SPDK set `rnr_retry_count`
+/// 7): a SEND that beats the target's receive repost waits for it. The soft provider
+/// bounds the wait, long enough that a peer thread descheduled on a loaded machine is
+/// not mistaken for a missing receive (100 ms was, under CI load).
+const DEFAULT_RNR_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The software RDMA device: an in-process fabric.
 pub struct SoftDevice {
