@@ -58,7 +58,13 @@ fn every_example_config_loads_and_validates() {
         }
     }
     names.sort();
-    for want in ["file.yaml", "loopback.yaml", "rdma.yaml", "tcp.yaml"] {
+    for want in [
+        "file.yaml",
+        "loopback.yaml",
+        "rbd.yaml",
+        "rdma.yaml",
+        "tcp.yaml",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }
 }
@@ -89,6 +95,12 @@ fn example_configs_say_what_they_should() {
         .collect();
     assert_eq!(ns, ["ram:1G", "null:1G"]);
     assert_eq!(lo.ports[0].trtype, TrType::Loopback);
+
+    let rbd = load("rbd.yaml");
+    let n = &rbd.subsystems[0].namespaces[0];
+    assert_eq!(n.device_path, "rbd:rbd/disk0");
+    assert_eq!(n.client_id.as_deref(), Some("nvmf"));
+    assert!(n.ceph_conf.is_some() && n.keyring.is_some());
 
     let file = load("file.yaml");
     let s = &file.subsystems[0];

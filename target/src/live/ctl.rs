@@ -307,7 +307,7 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, String> {
 /// `nvmf-target ctl` subcommands.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum CtlCommand {
-    /// Add a namespace: a file or block device path, ram:SIZE or null:SIZE.
+    /// Add a namespace: a file or block device path, ram:SIZE, null:SIZE or rbd:POOL/IMAGE.
     AddNs {
         nqn: String,
         device_path: String,
@@ -317,7 +317,7 @@ pub enum CtlCommand {
     },
     /// Remove a namespace.
     RemoveNs { nqn: String, nsid: u32 },
-    /// Serve a namespace at its backing file's or device's current size.
+    /// Serve a namespace at its backing file's, device's or RBD image's current size.
     ResizeNs { nqn: String, nsid: u32 },
     /// Allow a host NQN on a subsystem.
     AddHost { nqn: String, host: String },
