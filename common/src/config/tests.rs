@@ -554,6 +554,11 @@ fn namespace_rules() {
         // Format errors are found by the parser, at the value.
         ("device_path: ram:1M\n        uuid: not-a-uuid", "11:15", "subsystems[0].namespaces[0].uuid: invalid UUID \"not-a-uuid\""),
         ("device_path: ram:1M\n        nguid: 0123", "11:16", "subsystems[0].namespaces[0].nguid: invalid NGUID \"0123\": expected 32 hex digits"),
+
+        ("device_path: rbd:pool", "10:9", "subsystems[0].namespaces[0].device_path: namespace spec \"rbd:pool\": expected rbd:POOL/IMAGE"),
+        ("device_path: rbd:p/i@snap", "10:9", "subsystems[0].namespaces[0].device_path: namespace spec \"rbd:p/i@snap\": RBD image name \"i@snap\" contains '@'"),
+        ("device_path: ram:1M\n        ceph_conf: /etc/ceph/ceph.conf", "11:9", "subsystems[0].namespaces[0].ceph_conf: only for rbd:POOL/IMAGE namespaces, not ram:1M"),
+        ("device_path: rbd:p/i\n        client_id: client.admin", "11:9", "subsystems[0].namespaces[0].client_id: \"client.admin\" is not a Ceph client id (`admin` for client.admin)"),
     ];
     for (to, at, want) in cases {
         let e = error_of(&BASE.replacen("device_path: ram:1M", to, 1));
