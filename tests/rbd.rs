@@ -4,7 +4,7 @@
 //! A cluster that cannot start fails the test with the reason: these are never skipped.
 //!
 //! Covered: write/read/verify at several block sizes and depths; Flush, Write Zeroes
-//! and Deallocate; the Volatile Write Cache reported from `rbd_cache`; `rbd resize`
+//! and Deallocate with interrupt-mode poll groups (woken by the channel's eventfd); the Volatile Write Cache reported from `rbd_cache`; `rbd resize`
 //! while a host is connected (`ctl resize-ns` → Namespace Attribute Changed, new size);
 //! the OSD stopped under I/O, shorter than the host's command timeout (commands wait,
 //! none fails) and longer (commands time out host-side; after the OSD resumes and the
@@ -25,7 +25,7 @@ mod rbd {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use nvmf_common::config::Config;
+    use nvmf_common::config::{Config, PollMode};
     use nvmf_common::types::{Nqn, Nsid};
     use nvmf_common::wire::admin::{aer_notice, aer_type};
     use nvmf_common::wire::identify::{vwc, IdentifyController};
@@ -78,7 +78,11 @@ mod rbd {
     #[test]
     fn tcp_io_flush_write_zeroes_deallocate() {
         let cluster = CephCluster::start("tcp", IMAGE_SIZE);
-        let env = start_tcp(&rbd_config(&cluster), TcpOptions::default());
+        // Interrupt mode: the poll groups sleep until a wait handle fires, so every
+        // completion must come through the channel's eventfd.
+        let mut cfg = rbd_config(&cluster);
+        cfg.transport.poll_mode = PollMode::Interrupt;
+        let env = start_tcp(&cfg, TcpOptions::default());
         let mut ctrl = connect_to(&env.fabric, &env.nqn, 2, 64);
         // rbd_cache defaults to on: a volatile write cache the host must flush.
         let idc = IdentifyController::new_checked(ctrl.identify_controller_raw())

@@ -49,14 +49,27 @@
 //! the served size, the namespace is reopened at the new size, and connected hosts get
 //! a Namespace Attribute Changed event.
 //!
-//! # Exclusive lock
+//! # Exclusive lock (the decision for several gateways)
 //!
-//! Images created with the default features have `exclusive-lock`: librbd acquires the
-//! lock on the first write and hands it over cooperatively when another client asks,
-//! so one gateway per image pays nothing. Two gateways writing the same image (part 2
-//! of issue 17: ANA + multipath) would bounce the lock on every write; the plan there
-//! is one ANA-optimized gateway holding the lock and the others non-optimized, so the
-//! lock moves only on failover. This module does not take or break the lock itself.
+//! This backend leaves the image's `exclusive-lock` feature to librbd and never takes,
+//! breaks or blocklists on its own. With the feature on (the default for new images)
+//! librbd acquires the lock on a client's first write and hands it over cooperatively
+//! when another client asks: before giving it up it flushes its write-back cache, and
+//! on taking it back it invalidates the cache, which is what keeps two gateways'
+//! `rbd_cache`s coherent. So:
+//!
+//! * one gateway per image: the lock is taken once and costs nothing;
+//! * several gateways (ANA + multipath, `tests/rbd_multipath.rs`): one gateway's
+//!   group is optimized and the others non-optimized, so hosts write through one
+//!   gateway and the lock moves only on failover (a few milliseconds, once);
+//!   active/active writes through two gateways would bounce the lock per write;
+//! * an image without `exclusive-lock` must not be exported by several gateways with
+//!   `rbd_cache` on (nothing keeps the caches coherent): turn the cache off for such
+//!   clients, or enable the feature.
+//!
+//! A gateway that another client fenced (the lock broken with blocklisting, `rbd lock
+//! break` or a dead-client recovery) gets `EBLOCKLISTED` from then on; it answers with
+//! a retryable path error so hosts move to the gateway that holds the lock.
 
 mod ffi;
 #[cfg(test)]

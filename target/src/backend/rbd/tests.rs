@@ -370,3 +370,62 @@ fn open_errors_name_the_image() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(b.info().block_size, 4096);
 }
+
+#[test]
+fn blocklisted_client_gets_a_retryable_path_error() {
+    let c = Cluster::start("blocklist");
+    let b = open_backend(&spec("img"), &c.opts()).unwrap_or_else(|e| panic!("open: {e}"));
+    let mut ch = b.open_channel().unwrap_or_else(|e| panic!("{e}"));
+    let buf = Arc::new(DmaBuffer::new(4096).unwrap_or_else(|| panic!("alloc")));
+    let sl = || DmaSlice::new(buf.clone(), 0, 4096).unwrap_or_else(|| panic!("slice"));
+    run(
+        &mut *ch,
+        1,
+        IoOp::Write {
+            offset: 0,
+            buf: sl(),
+            fua: true,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Our client is the image's only watcher: fence it as a lock breaker would.
+    let out = Command::new("rbd")
+        .arg("-c")
+        .arg(&c.conf)
+        .args(["status", "rbd/img", "--format", "json"])
+        .output()
+        .unwrap_or_else(|e| panic!("rbd status: {e}"));
+    let status: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("rbd status: {e}"));
+    let addr = status["watchers"][0]["address"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no watcher: {status}"))
+        .to_string();
+    let out = Command::new("ceph")
+        .arg("-c")
+        .arg(&c.conf)
+        .args(["osd", "blocklist", "add", &addr])
+        .output()
+        .unwrap_or_else(|e| panic!("ceph osd blocklist: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = run(
+        &mut *ch,
+        2,
+        IoOp::Write {
+            offset: 0,
+            buf: sl(),
+            fua: true,
+        },
+    )
+    .err()
+    .unwrap_or_else(|| panic!("a blocklisted client's write succeeded"));
+    assert_eq!(e, BackendError::Fenced, "{e}");
+    assert_eq!(
+        e.status(),
+        Status::retryable(Sct::PathRelated, path::INTERNAL_PATH_ERROR)
+    );
+}
