@@ -16,6 +16,9 @@
 //!   the [`Done`] that librbd's callback produced for this very completion, so a buffer
 //!   is never handed back while librbd may still read or write it. An `InFlight` dropped
 //!   unfinished leaks its buffer and image reference instead of freeing them.
+//! * librbd's callback holds only the mailbox, never the [`Image`], so the last
+//!   reference to an image is never dropped on librbd's own thread (where `rbd_close`
+//!   would wait for itself).
 //!
 //! # Ordering
 //!
