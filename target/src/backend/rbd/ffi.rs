@@ -428,6 +428,13 @@ pub fn submit(
     mailbox: &Completions,
     slot: usize,
 ) -> Result<InFlight, i32> {
+    // DmaSlice's fields are public: check the range here rather than trust it, since
+    // librbd will read or write every byte of it.
+    if let Request::Read { buf, .. } | Request::Write { buf, .. } = &req {
+        if buf.buf.ptr_at(buf.offset, buf.len).is_none() {
+            return Err(libc::EFAULT);
+        }
+    }
     let arg = Box::into_raw(Box::new(CallbackArg {
         notifier: mailbox.notifier.clone(),
         slot,
@@ -443,9 +450,9 @@ pub fn submit(
         return Err(-rc);
     }
     let img = image.image;
-    // The data buffers below lie inside registered DmaBuffers (checked by
-    // DmaSlice::new); each is kept alive in the InFlight until `finish`, which only
-    // succeeds after librbd's callback, or leaked if never finished.
+    // The data buffers below lie inside registered DmaBuffers (checked above); each is
+    // kept alive in the InFlight until `finish`, which only succeeds after librbd's
+    // callback, or leaked if never finished.
     let (rc, buf) = match req {
         Request::Read { offset, buf } => {
             // SAFETY: open image, fresh completion; `buf.ptr()..+buf.len` is writable
