@@ -131,6 +131,10 @@ mod rbd {
     }
 
     const SUB: &str = "nqn.2024-01.io.nvmf-rs:rbd";
+    /// Writes timed after each resize, and the time they may take: a few ms each when
+    /// the eventfd wakes the poll group, the 20 ms sleep limit each when it does not.
+    const QD1_WRITES: u64 = 50;
+    const QD1_BUDGET: Duration = Duration::from_millis(500);
 
     #[test]
     fn resize_while_connected() {
@@ -180,6 +184,37 @@ mod rbd {
         );
         assert_eq!(changed_ns_list(&c), vec![1]);
         assert_eq!(nsze(&c, 1) * BLOCK as u64, 96 << 20);
+
+        // Each resize replaces the backend and its channels (new eventfds, whose
+        // numbers may be those of closed ones): I/O at QD 1 on interrupt-mode poll
+        // groups must still be woken by the new eventfd, not by the sleep timeout.
+        for (size, bytes) in [("128M", 128u64 << 20), ("160M", 160 << 20)] {
+            let mut w = connect_as(&t.fabric(1), 2, &sub, 1, 0).unwrap_or_else(|e| panic!("{e}"));
+            let mut q = w.take_io_queues().remove(0);
+            {
+                let mut io = NsIo::new(&w, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+                let started = Instant::now();
+                for i in 0..QD1_WRITES {
+                    io.write(i * 8, &pattern(5, i * 8, 4096))
+                        .unwrap_or_else(|e| panic!("write: {e}"));
+                }
+                let took = started.elapsed();
+                eprintln!("{QD1_WRITES} QD1 writes in {took:?}");
+                assert!(
+                    took < QD1_BUDGET,
+                    "{QD1_WRITES} QD1 writes took {took:?}: completions not woken by the eventfd"
+                );
+            }
+            drop(q);
+            w.shutdown().unwrap_or_else(|e| panic!("{e}"));
+            cluster.rbd(&["resize", "rbd/img", "--size", size]);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while nsze(&c, 1) * BLOCK as u64 != bytes {
+                let _ = resize();
+                assert!(Instant::now() < deadline, "resize to {size} not noticed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 
     /// Options for a host with `timeout` per command.
