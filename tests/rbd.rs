@@ -215,6 +215,35 @@ mod rbd {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+
+        // `ctl add-ns` with the cluster's configuration: a second image while running.
+        cluster.rbd(&["create", "rbd/img2", "--size", "8M"]);
+        let r = handle(
+            &t.live,
+            &Request::AddNs {
+                nqn: SUB.into(),
+                device_path: "rbd:rbd/img2".into(),
+                nsid: Some(2),
+                ceph_conf: Some(cluster.conf().to_path_buf()),
+                client_id: Some("admin".into()),
+                keyring: None,
+            },
+        );
+        assert!(r.ok, "add-ns: {:?}", r.error);
+        assert_eq!(nsze(&c, 2) * BLOCK as u64, 8 << 20);
+        // The Ceph keys belong to rbd: namespaces only.
+        let r = handle(
+            &t.live,
+            &Request::AddNs {
+                nqn: SUB.into(),
+                device_path: "ram:1M".into(),
+                nsid: Some(3),
+                ceph_conf: Some(cluster.conf().to_path_buf()),
+                client_id: None,
+                keyring: None,
+            },
+        );
+        assert!(!r.ok, "ceph_conf accepted on a RAM namespace");
     }
 
     /// Options for a host with `timeout` per command.
