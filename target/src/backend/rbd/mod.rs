@@ -25,8 +25,9 @@
 //! (lock-free queue + eventfd, exposed as [`IoChannel::event_fd`] so interrupt-mode poll
 //! groups wake) and a slot table of operations in flight; librbd's callback thread only
 //! pushes to the mailbox (see [`ffi`]). A channel's data buffers stay in its slot table
-//! until their completion has been reaped. Dropping a channel waits (up to
-//! [`CHANNEL_DRAIN_TIMEOUT`]) for what librbd still holds and leaks what never comes
+//! until their completion has been reaped. Dropping a channel (its namespace removed or
+//! resized away, once the core saw no I/O in flight) waits, blocking its thread, up to
+//! [`CHANNEL_DRAIN_TIMEOUT`] for what librbd still holds, and leaks what never comes
 //! back, so librbd never writes into freed memory.
 //!
 //! # Errors
@@ -61,8 +62,8 @@
 //! * one gateway per image: the lock is taken once and costs nothing;
 //! * several gateways (ANA + multipath, `tests/rbd_multipath.rs`): one gateway's
 //!   group is optimized and the others non-optimized, so hosts write through one
-//!   gateway and the lock moves only on failover (a few milliseconds, once);
-//!   active/active writes through two gateways would bounce the lock per write;
+//!   gateway and the lock moves only on failover; active/active writes through two
+//!   gateways would bounce the lock between them;
 //! * an image without `exclusive-lock` must not be exported by several gateways with
 //!   `rbd_cache` on (nothing keeps the caches coherent): turn the cache off for such
 //!   clients, or enable the feature.
