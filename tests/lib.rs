@@ -13,6 +13,7 @@ use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
 
+pub mod ceph_cluster;
 pub mod ops_support;
 pub mod proxy;
 pub mod raw_tcp;

@@ -77,6 +77,9 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             nqn: SUB.into(),
             device_path: "ram:4M".into(),
             nsid: None,
+            ceph_conf: None,
+            client_id: None,
+            keyring: None,
         },
     );
     assert!(
@@ -116,6 +119,9 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             nqn: SUB.into(),
             device_path: "/nonexistent/disk.img".into(),
             nsid: Some(3),
+            ceph_conf: None,
+            client_id: None,
+            keyring: None,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

@@ -42,7 +42,8 @@ struct Cli {
     /// Subsystem NQN; default nqn.2024-01.io.nvmf-rs:default.
     #[arg(short, long)]
     nqn: Option<String>,
-    /// Namespace: a file or block device path, ram:SIZE or null:SIZE (repeatable).
+    /// Namespace: a file or block device path, ram:SIZE, null:SIZE or rbd:POOL/IMAGE
+    /// (repeatable).
     #[arg(long = "namespace")]
     namespace: Vec<String>,
     /// Print the effective configuration and exit.

@@ -13,7 +13,7 @@ use parking_lot::RwLock;
 use nvmf_common::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
 use nvmf_common::types::Nqn;
 
-use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
+use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions, RbdOptions};
 use crate::params::{PortInfo, ReferralInfo, TargetParams};
 use crate::subsystem::{ControllerModel, Namespace, Subsystem, SubsystemKind, SubsystemParams};
 
@@ -322,6 +322,11 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
             buffered_io: n.buffered_io,
             block_size: n.block_size,
             min_size: 0,
+            rbd: RbdOptions {
+                ceph_conf: n.ceph_conf.clone(),
+                client_id: n.client_id.clone(),
+                keyring: n.keyring.clone(),
+            },
         },
     )
     .map_err(|source| StartError::Backend {

@@ -423,8 +423,8 @@ pub struct NamespaceConfig {
     /// Namespace id: 1..=0xFFFFFFFE, unique within the subsystem.
     #[serde(with = "serde_util::nsid")]
     pub nsid: Nsid,
-    /// A file or block device path (`file:PATH` also works), or `ram:SIZE` / `null:SIZE`
-    /// with SIZE in bytes or with a K/M/G/T suffix.
+    /// A file or block device path (`file:PATH` also works), `ram:SIZE` / `null:SIZE`
+    /// with SIZE in bytes or with a K/M/G/T suffix, or `rbd:POOL/IMAGE`.
     pub device_path: String,
     /// Whether the namespace is attached (configfs `enable`); default true.
     #[serde(default = "yes")]
@@ -453,6 +453,18 @@ pub struct NamespaceConfig {
     /// Loss on (SPDK's `ptpl_file`); `None`: reservations do not survive a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ptpl_file: Option<std::path::PathBuf>,
+    /// `rbd:` namespaces only: the Ceph configuration file (`None`: librados' default
+    /// search, `$CEPH_CONF` then `/etc/ceph/ceph.conf`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceph_conf: Option<std::path::PathBuf>,
+    /// `rbd:` namespaces only: the Ceph client id (`admin` for `client.admin`, the
+    /// default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// `rbd:` namespaces only: the keyring holding the client's key (`None`: what the
+    /// Ceph configuration says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyring: Option<std::path::PathBuf>,
 }
 
 impl NamespaceConfig {
@@ -468,6 +480,9 @@ impl NamespaceConfig {
             nguid: None,
             anagrpid: None,
             ptpl_file: None,
+            ceph_conf: None,
+            client_id: None,
+            keyring: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Namespace specs as users type them (`--namespace SPEC`, `device_path:` in YAML):
-//! `ram:SIZE`, `null:SIZE`, or a file or block device path (`file:PATH` forces a path).
+//! `ram:SIZE`, `null:SIZE`, `rbd:POOL/IMAGE` (a Ceph RBD image), or a file or block
+//! device path (`file:PATH` forces a path).
 //! SIZE is bytes or a number with a 1024-based `K`, `M`, `G`, `T` suffix, optionally
 //! followed by `iB` or `B`. Shared by config validation and the target's backends.
 
@@ -16,6 +17,34 @@ pub enum NamespaceSpec {
     Ram { size: u64 },
     /// Nothing: reads complete without data, writes are discarded.
     Null { size: u64 },
+    /// A Ceph RBD image `image` in pool `pool` (`rbd:POOL/IMAGE`).
+    Rbd { pool: String, image: String },
+}
+
+/// Characters an RBD pool or image name in a spec may not contain: `/` separates pool
+/// and image (RADOS namespaces are not supported), `@` would name a snapshot, and NUL
+/// cannot cross into librbd's C strings.
+const RBD_NAME_FORBIDDEN: [char; 3] = ['/', '@', '\0'];
+
+/// Parses the `POOL/IMAGE` of an `rbd:` spec.
+fn parse_rbd(s: &str, rest: &str) -> Result<NamespaceSpec, String> {
+    let Some((pool, image)) = rest.split_once('/') else {
+        return Err(format!("namespace spec {s:?}: expected rbd:POOL/IMAGE"));
+    };
+    for (what, name) in [("pool", pool), ("image", image)] {
+        if name.is_empty() {
+            return Err(format!("namespace spec {s:?}: empty RBD {what} name"));
+        }
+        if let Some(c) = name.chars().find(|c| RBD_NAME_FORBIDDEN.contains(c)) {
+            return Err(format!(
+                "namespace spec {s:?}: RBD {what} name {name:?} contains {c:?}"
+            ));
+        }
+    }
+    Ok(NamespaceSpec::Rbd {
+        pool: pool.to_string(),
+        image: image.to_string(),
+    })
 }
 
 impl FromStr for NamespaceSpec {
@@ -23,7 +52,13 @@ impl FromStr for NamespaceSpec {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.is_empty() {
-            return Err("empty namespace spec: expected a path, ram:SIZE or null:SIZE".into());
+            return Err(
+                "empty namespace spec: expected a path, ram:SIZE, null:SIZE or rbd:POOL/IMAGE"
+                    .into(),
+            );
+        }
+        if let Some(rest) = s.strip_prefix("rbd:") {
+            return parse_rbd(s, rest);
         }
         if let Some(size) = s.strip_prefix("ram:") {
             let size = parse_size(size).map_err(|e| format!("namespace spec {s:?}: {e}"))?;
@@ -46,7 +81,10 @@ impl fmt::Display for NamespaceSpec {
         match self {
             NamespaceSpec::File(p) => {
                 let s = p.to_string_lossy();
-                if s.starts_with("ram:") || s.starts_with("null:") || s.starts_with("file:") {
+                if ["ram:", "null:", "rbd:", "file:"]
+                    .iter()
+                    .any(|p| s.starts_with(p))
+                {
                     write!(f, "file:{s}")
                 } else {
                     write!(f, "{s}")
@@ -54,6 +92,7 @@ impl fmt::Display for NamespaceSpec {
             }
             NamespaceSpec::Ram { size } => write!(f, "ram:{size}"),
             NamespaceSpec::Null { size } => write!(f, "null:{size}"),
+            NamespaceSpec::Rbd { pool, image } => write!(f, "rbd:{pool}/{image}"),
         }
     }
 }

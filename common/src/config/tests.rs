@@ -58,7 +58,13 @@ fn every_example_config_loads_and_validates() {
         }
     }
     names.sort();
-    for want in ["file.yaml", "loopback.yaml", "rdma.yaml", "tcp.yaml"] {
+    for want in [
+        "file.yaml",
+        "loopback.yaml",
+        "rbd.yaml",
+        "rdma.yaml",
+        "tcp.yaml",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
     }
 }
@@ -91,6 +97,12 @@ fn example_configs_say_what_they_should() {
     assert_eq!(lo.ports[0].trtype, TrType::Loopback);
     // Its comment says the transport values it shows are the defaults.
     assert_eq!(lo.transport, TransportConfig::default());
+
+    let rbd = load("rbd.yaml");
+    let n = &rbd.subsystems[0].namespaces[0];
+    assert_eq!(n.device_path, "rbd:rbd/disk0");
+    assert_eq!(n.client_id.as_deref(), Some("nvmf"));
+    assert!(n.ceph_conf.is_some() && n.keyring.is_some());
 
     let file = load("file.yaml");
     let s = &file.subsystems[0];
@@ -544,6 +556,11 @@ fn namespace_rules() {
         // Format errors are found by the parser, at the value.
         ("device_path: ram:1M\n        uuid: not-a-uuid", "11:15", "subsystems[0].namespaces[0].uuid: invalid UUID \"not-a-uuid\""),
         ("device_path: ram:1M\n        nguid: 0123", "11:16", "subsystems[0].namespaces[0].nguid: invalid NGUID \"0123\": expected 32 hex digits"),
+
+        ("device_path: rbd:pool", "10:9", "subsystems[0].namespaces[0].device_path: namespace spec \"rbd:pool\": expected rbd:POOL/IMAGE"),
+        ("device_path: rbd:p/i@snap", "10:9", "subsystems[0].namespaces[0].device_path: namespace spec \"rbd:p/i@snap\": RBD image name \"i@snap\" contains '@'"),
+        ("device_path: ram:1M\n        ceph_conf: /etc/ceph/ceph.conf", "11:9", "subsystems[0].namespaces[0].ceph_conf: only for rbd:POOL/IMAGE namespaces, not ram:1M"),
+        ("device_path: rbd:p/i\n        client_id: client.admin", "11:9", "subsystems[0].namespaces[0].client_id: \"client.admin\" is not a Ceph client id (`admin` for client.admin)"),
     ];
     for (to, at, want) in cases {
         let e = error_of(&BASE.replacen("device_path: ram:1M", to, 1));

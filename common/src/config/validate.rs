@@ -572,6 +572,28 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
         Ok(None) => {}
     }
 
+    let is_rbd = ns.device_path.starts_with("rbd:");
+    for (key, set) in [
+        ("ceph_conf", ns.ceph_conf.is_some()),
+        ("client_id", ns.client_id.is_some()),
+        ("keyring", ns.keyring.is_some()),
+    ] {
+        if set && !is_rbd {
+            c.err(
+                &n.key(key),
+                format!("only for rbd:POOL/IMAGE namespaces, not {}", ns.device_path),
+            );
+        }
+    }
+    if let Some(id) = &ns.client_id {
+        if id.is_empty() || id.contains('\0') || id.starts_with("client.") {
+            c.err(
+                &n.key("client_id"),
+                format!("{id:?} is not a Ceph client id (`admin` for client.admin)"),
+            );
+        }
+    }
+
     if ns.uuid.is_some_and(|u| u.is_nil()) {
         c.err(&n.key("uuid"), "the nil UUID is not a namespace UUID");
     }
@@ -584,10 +606,17 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
 }
 
 /// Checks a device path: `Some((kind, size))` for `ram:SIZE` and `null:SIZE`, `None`
-/// for a file or block device path (`file:PATH` or anything else).
+/// for an RBD image or a file or block device path (`file:PATH` or anything else).
 fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
     if spec.is_empty() {
-        return Err("must not be empty: a file or block device path, ram:SIZE or null:SIZE".into());
+        return Err(
+            "must not be empty: a file or block device path, ram:SIZE, null:SIZE or \
+             rbd:POOL/IMAGE"
+                .into(),
+        );
+    }
+    if spec.starts_with("rbd:") {
+        return spec.parse::<super::spec::NamespaceSpec>().map(|_| None);
     }
     for kind in ["ram", "null"] {
         if let Some(size) = spec.strip_prefix(kind).and_then(|r| r.strip_prefix(':')) {

@@ -14,6 +14,8 @@ pub mod file;
 mod inline;
 pub mod null;
 pub mod ram;
+#[cfg(feature = "rbd")]
+pub mod rbd;
 pub mod spec;
 
 use std::os::fd::RawFd;
@@ -22,7 +24,7 @@ pub(crate) use inline::{InlineChannel, InlineExec};
 use std::sync::Arc;
 
 use nvmf_common::verbs::DmaBuffer;
-use nvmf_common::wire::status::{generic, media, Status};
+use nvmf_common::wire::status::{generic, media, path, Sct, Status};
 
 /// `len` bytes at `offset` of a registered buffer.
 #[derive(Debug, Clone)]
@@ -109,6 +111,22 @@ pub enum BackendError {
     Busy,
     #[error("short transfer: {done} of {want} bytes")]
     Short { done: usize, want: usize },
+    /// The backing store is gone for good (an RBD image removed: `ENOENT`).
+    #[error("the backing store no longer exists")]
+    Gone,
+    /// The backing store cannot be reached for now (`ETIMEDOUT`, `ENOTCONN`...).
+    #[error("the backing store is unreachable: errno {0}")]
+    Unavailable(i32),
+    /// This node was fenced off the backing store (Ceph's `EBLOCKLISTED`): nothing it
+    /// sends will be accepted again, but another node (path) may still serve.
+    #[error("this node has been fenced off the backing store (blocklisted)")]
+    Fenced,
+    /// The backing store refuses writes (`EROFS`: a read-only image or snapshot).
+    #[error("the backing store is read-only")]
+    ReadOnly,
+    /// The backing store denied access (`EACCES`/`EPERM`: missing capabilities).
+    #[error("access to the backing store denied: errno {0}")]
+    AccessDenied(i32),
 }
 
 impl BackendError {
@@ -125,6 +143,15 @@ impl BackendError {
             BackendError::Unsupported => Status::generic_dnr(generic::INVALID_OPCODE),
             // Transient: the host may retry.
             BackendError::Busy => Status::generic_retryable(generic::NS_NOT_READY),
+            // "Will not become ready without administrative action": DNR.
+            BackendError::Gone => Status::generic_dnr(generic::NS_NOT_READY),
+            // The cluster may come back (an OSD restarting): retryable.
+            BackendError::Unavailable(_) => Status::generic_retryable(generic::NS_NOT_READY),
+            // Specific to this controller's node: a path error without DNR, so a
+            // multipath host retries on another path (another gateway).
+            BackendError::Fenced => Status::retryable(Sct::PathRelated, path::INTERNAL_PATH_ERROR),
+            BackendError::ReadOnly => Status::generic_dnr(generic::NS_WRITE_PROTECTED),
+            BackendError::AccessDenied(_) => Status::dnr(Sct::MediaError, media::ACCESS_DENIED),
         }
     }
 }
@@ -142,6 +169,13 @@ pub trait Backend: Send + Sync {
     /// without a volatile cache have nothing to do.
     fn sync(&self) -> Result<(), BackendError> {
         Ok(())
+    }
+    /// The backing store's current size in bytes when it can change under the namespace
+    /// and the backend knows it without reopening (RBD images); `None` otherwise (files
+    /// are measured by path, RAM and null cannot grow). Blocking: for the control plane
+    /// (`ctl resize-ns`, SIGHUP), never the data path.
+    fn backing_size(&self) -> Option<u64> {
+        None
     }
 }
 

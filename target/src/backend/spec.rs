@@ -6,6 +6,8 @@
 //! * `ram:SIZE`: a RAM disk of `SIZE` bytes (sparse: only touched pages cost memory);
 //! * `null:SIZE`: a null device of `SIZE` bytes (reads leave the buffer as it is,
 //!   writes are dropped), for benchmarking the transport;
+//! * `rbd:POOL/IMAGE`: a Ceph RBD image (needs the `rbd` cargo feature; the cluster is
+//!   named by [`RbdOptions`]);
 //! * `file:PATH` or any other string: a regular file or block device at `PATH`.
 //!
 //! `SIZE` is plain bytes (`4096`) or a number with a 1024-based suffix `K`, `M`, `G`,
@@ -38,6 +40,17 @@ pub struct OpenOptions {
     pub block_size: Option<u32>,
     /// Smallest acceptable capacity in bytes (0: at least one block).
     pub min_size: u64,
+    /// How to reach the Ceph cluster of an `rbd:` namespace.
+    pub rbd: RbdOptions,
+}
+
+/// How an `rbd:` namespace reaches its cluster (the YAML namespace's `ceph_conf`,
+/// `client_id` and `keyring`); each `None` leaves librados' default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RbdOptions {
+    pub ceph_conf: Option<PathBuf>,
+    pub client_id: Option<String>,
+    pub keyring: Option<PathBuf>,
 }
 
 /// Why a backend could not be opened. Every message names the path (or the kind of
@@ -90,6 +103,10 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    #[error("RBD image {spec}: {reason}")]
+    Rbd { spec: String, reason: String },
+    #[error("RBD image {spec}: this nvmf-target was built without the `rbd` feature")]
+    RbdNotBuilt { spec: String },
     #[error("backing path {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -183,7 +200,28 @@ pub fn open_backend(
             }
             Ok(Arc::new(backend))
         }
+        NamespaceSpec::Rbd { pool, image } => open_rbd(pool, image, opts),
     }
+}
+
+#[cfg(feature = "rbd")]
+fn open_rbd(pool: &str, image: &str, opts: &OpenOptions) -> Result<Arc<dyn Backend>, OpenError> {
+    let backend = super::rbd::RbdBackend::open(pool, image, &opts.rbd, opts.block_size)?;
+    let size = backend.info().size_bytes;
+    if size < opts.min_size {
+        return Err(OpenError::Rbd {
+            spec: format!("rbd:{pool}/{image}"),
+            reason: format!("too small: {size} bytes, need at least {}", opts.min_size),
+        });
+    }
+    Ok(Arc::new(backend))
+}
+
+#[cfg(not(feature = "rbd"))]
+fn open_rbd(pool: &str, image: &str, _: &OpenOptions) -> Result<Arc<dyn Backend>, OpenError> {
+    Err(OpenError::RbdNotBuilt {
+        spec: format!("rbd:{pool}/{image}"),
+    })
 }
 
 #[cfg(test)]
@@ -250,7 +288,37 @@ mod tests {
         assert!("null:1.5G".parse::<NamespaceSpec>().is_err());
         assert!("".parse::<NamespaceSpec>().is_err());
         assert!("file:".parse::<NamespaceSpec>().is_err());
-        for s in ["ram:4096", "null:1024", "/x/y", "file:ram:1"] {
+        assert_eq!(
+            "rbd:rbd/img".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::Rbd {
+                pool: "rbd".into(),
+                image: "img".into()
+            })
+        );
+        assert_eq!(
+            "file:rbd:x".parse::<NamespaceSpec>(),
+            Ok(NamespaceSpec::File(PathBuf::from("rbd:x")))
+        );
+        for bad in [
+            "rbd:",
+            "rbd:img",
+            "rbd:/img",
+            "rbd:pool/",
+            "rbd:a/b/c",
+            "rbd:a/b@snap",
+            "rbd:a/b\0",
+        ] {
+            let e = bad.parse::<NamespaceSpec>().err();
+            assert!(e.is_some(), "{bad:?} accepted");
+        }
+        for s in [
+            "ram:4096",
+            "null:1024",
+            "/x/y",
+            "file:ram:1",
+            "rbd:p/i",
+            "file:rbd:p/i",
+        ] {
             let spec: NamespaceSpec = s.parse().unwrap();
             assert_eq!(spec.to_string(), s);
             assert_eq!(spec.to_string().parse::<NamespaceSpec>(), Ok(spec));

@@ -55,6 +55,13 @@ pub enum Request {
         device_path: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nsid: Option<u32>,
+        /// `rbd:` namespaces: the Ceph configuration file, client id and keyring.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ceph_conf: Option<PathBuf>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keyring: Option<PathBuf>,
     },
     RemoveNs {
         nqn: String,
@@ -157,10 +164,16 @@ pub fn handle(live: &Live, req: &Request) -> Response {
             nqn,
             device_path,
             nsid,
+            ceph_conf,
+            client_id,
+            keyring,
         } => Op::AddNs {
             nqn,
             nsid,
             device_path,
+            ceph_conf,
+            client_id,
+            keyring,
         },
         Request::RemoveNs { nqn, nsid } => Op::RemoveNs { nqn, nsid },
         Request::ResizeNs { nqn, nsid } => Op::ResizeNs { nqn, nsid },
@@ -307,17 +320,26 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, String> {
 /// `nvmf-target ctl` subcommands.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum CtlCommand {
-    /// Add a namespace: a file or block device path, ram:SIZE or null:SIZE.
+    /// Add a namespace: a file or block device path, ram:SIZE, null:SIZE or rbd:POOL/IMAGE.
     AddNs {
         nqn: String,
         device_path: String,
         /// NSID (default: the lowest free one).
         #[arg(long)]
         nsid: Option<u32>,
+        /// rbd:POOL/IMAGE only: the Ceph configuration file (default: librados' search).
+        #[arg(long)]
+        ceph_conf: Option<PathBuf>,
+        /// rbd:POOL/IMAGE only: the Ceph client id (default: admin).
+        #[arg(long)]
+        client_id: Option<String>,
+        /// rbd:POOL/IMAGE only: the keyring (default: what the Ceph configuration says).
+        #[arg(long)]
+        keyring: Option<PathBuf>,
     },
     /// Remove a namespace.
     RemoveNs { nqn: String, nsid: u32 },
-    /// Serve a namespace at its backing file's or device's current size.
+    /// Serve a namespace at its backing file's, device's or RBD image's current size.
     ResizeNs { nqn: String, nsid: u32 },
     /// Allow a host NQN on a subsystem.
     AddHost { nqn: String, host: String },
@@ -369,10 +391,16 @@ impl CtlCommand {
                 nqn,
                 device_path,
                 nsid,
+                ceph_conf,
+                client_id,
+                keyring,
             } => Request::AddNs {
                 nqn,
                 device_path,
                 nsid,
+                ceph_conf,
+                client_id,
+                keyring,
             },
             CtlCommand::RemoveNs { nqn, nsid } => Request::RemoveNs { nqn, nsid },
             CtlCommand::ResizeNs { nqn, nsid } => Request::ResizeNs { nqn, nsid },

@@ -78,6 +78,10 @@ pub enum Op {
         nqn: String,
         nsid: Option<u32>,
         device_path: String,
+        /// `rbd:` namespaces: how to reach the cluster (see [`NamespaceConfig`]).
+        ceph_conf: Option<PathBuf>,
+        client_id: Option<String>,
+        keyring: Option<PathBuf>,
     },
     RemoveNs {
         nqn: String,
@@ -352,7 +356,12 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
     };
     match op {
         Op::AddNs {
-            nsid, device_path, ..
+            nsid,
+            device_path,
+            ceph_conf,
+            client_id,
+            keyring,
+            ..
         } => {
             let id = match nsid {
                 Some(n) => *n,
@@ -363,8 +372,11 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             if sub.namespace(Nsid(id)).is_some() {
                 return Err(format!("subsystem {nqn} already has namespace {id}"));
             }
-            sub.namespaces
-                .push(NamespaceConfig::new(Nsid(id), device_path.clone()));
+            let mut ns = NamespaceConfig::new(Nsid(id), device_path.clone());
+            ns.ceph_conf.clone_from(ceph_conf);
+            ns.client_id.clone_from(client_id);
+            ns.keyring.clone_from(keyring);
+            sub.namespaces.push(ns);
         }
         Op::RemoveNs { nsid, .. } => {
             let before = sub.namespaces.len();

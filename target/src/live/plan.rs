@@ -319,13 +319,21 @@ fn plan_subsystem(
     Ok(())
 }
 
-/// Whether a file or block device backing `n` is now larger or smaller (by at least
-/// one block) than the namespace `cur` serves.
+/// Whether the file, block device or RBD image backing `n` is now larger or smaller
+/// (by at least one block) than the namespace `cur` serves. Files are measured by path;
+/// backends that know their store's size (RBD) say it through
+/// [`crate::backend::Backend::backing_size`].
 fn backing_size_changed(n: &NamespaceConfig, cur: &Namespace) -> bool {
-    let Ok(NamespaceSpec::File(path)) = n.device_path.parse::<NamespaceSpec>() else {
-        return false;
+    let size = match n.device_path.parse::<NamespaceSpec>() {
+        Ok(NamespaceSpec::File(path)) => {
+            File::open(&path).and_then(|mut f| f.seek(SeekFrom::End(0)))
+        }
+        Ok(NamespaceSpec::Rbd { .. }) => cur
+            .backend
+            .backing_size()
+            .ok_or_else(|| std::io::Error::other("size unknown")),
+        _ => return false,
     };
-    let size = File::open(&path).and_then(|mut f| f.seek(SeekFrom::End(0)));
     match size {
         Ok(bytes) => (bytes >> cur.block_size_shift) != cur.nblocks,
         Err(_) => false,

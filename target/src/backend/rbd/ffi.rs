@@ -1,0 +1,537 @@
+//! The dozen librados and librbd calls the RBD backend needs, declared by hand (there is
+//! no maintained Rust crate), and the safe types around them. Every `unsafe` of the RBD
+//! backend is in this file.
+//!
+//! # Ownership
+//!
+//! * [`Image`] owns one cluster handle (`rados_t`), one pool context and one open image,
+//!   and closes them in reverse order on drop. It is shared (`Arc`) by the backend and
+//!   every operation in flight, so it cannot be closed under an operation.
+//! * [`Completions`] is a channel's completion mailbox: a lock-free queue
+//!   ([`std::sync::mpsc`]) and an eventfd. librbd's callback thread only pushes a
+//!   [`Done`] and writes the eventfd ([`on_complete`]); the poll group does everything
+//!   else (return value, release, mapping, completing the NVMe command).
+//! * [`InFlight`] owns a submitted operation: its librbd completion, its data buffer
+//!   and a reference to the image. [`InFlight::finish`] releases them, and accepts only
+//!   the [`Done`] that librbd's callback produced for this very completion, so a buffer
+//!   is never handed back while librbd may still read or write it. An `InFlight` dropped
+//!   unfinished leaks its buffer and image reference instead of freeing them.
+//! * librbd's callback holds only the mailbox, never the [`Image`], so the last
+//!   reference to an image is never dropped on librbd's own thread (where `rbd_close`
+//!   would wait for itself).
+//!
+//! # Ordering
+//!
+//! The callback pushes to the queue before it writes the eventfd; [`Completions::drain`]
+//! reads (clears) the eventfd before it empties the queue, so a completion pushed after
+//! the drain always leaves the eventfd readable and wakes an interrupt-mode poll group.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use crate::backend::DmaSlice;
+
+type rados_t = *mut c_void;
+type rados_ioctx_t = *mut c_void;
+type rbd_image_t = *mut c_void;
+type rbd_completion_t = *mut c_void;
+type rbd_callback_t = extern "C" fn(rbd_completion_t, *mut c_void);
+
+#[link(name = "rados")]
+extern "C" {
+    fn rados_create(cluster: *mut rados_t, id: *const c_char) -> c_int;
+    fn rados_conf_read_file(cluster: rados_t, path: *const c_char) -> c_int;
+    fn rados_conf_set(cluster: rados_t, option: *const c_char, value: *const c_char) -> c_int;
+    fn rados_conf_get(
+        cluster: rados_t,
+        option: *const c_char,
+        buf: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn rados_connect(cluster: rados_t) -> c_int;
+    fn rados_shutdown(cluster: rados_t);
+    fn rados_ioctx_create(cluster: rados_t, pool: *const c_char, io: *mut rados_ioctx_t) -> c_int;
+    fn rados_ioctx_destroy(io: rados_ioctx_t);
+}
+
+#[link(name = "rbd")]
+extern "C" {
+    fn rbd_open(
+        io: rados_ioctx_t,
+        name: *const c_char,
+        image: *mut rbd_image_t,
+        snap: *const c_char,
+    ) -> c_int;
+    fn rbd_close(image: rbd_image_t) -> c_int;
+    fn rbd_get_size(image: rbd_image_t, size: *mut u64) -> c_int;
+    fn rbd_flush(image: rbd_image_t) -> c_int;
+    fn rbd_aio_create_completion(
+        arg: *mut c_void,
+        cb: rbd_callback_t,
+        c: *mut rbd_completion_t,
+    ) -> c_int;
+    fn rbd_aio_read(
+        image: rbd_image_t,
+        off: u64,
+        len: usize,
+        buf: *mut c_char,
+        c: rbd_completion_t,
+    ) -> c_int;
+    fn rbd_aio_write(
+        image: rbd_image_t,
+        off: u64,
+        len: usize,
+        buf: *const c_char,
+        c: rbd_completion_t,
+    ) -> c_int;
+    fn rbd_aio_discard(image: rbd_image_t, off: u64, len: u64, c: rbd_completion_t) -> c_int;
+    fn rbd_aio_write_zeroes(
+        image: rbd_image_t,
+        off: u64,
+        len: usize,
+        c: rbd_completion_t,
+        zero_flags: c_int,
+        op_flags: c_int,
+    ) -> c_int;
+    fn rbd_aio_flush(image: rbd_image_t, c: rbd_completion_t) -> c_int;
+    fn rbd_aio_get_return_value(c: rbd_completion_t) -> isize;
+    fn rbd_aio_release(c: rbd_completion_t);
+}
+
+/// Largest configuration value [`Image::conf_get`] reads.
+const MAX_CONF_VALUE: usize = 64 * 1024;
+/// First buffer size tried by [`Image::conf_get`].
+const FIRST_CONF_BUF: usize = 256;
+
+/// A failed librados/librbd call: which one, and its errno.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CephError {
+    pub call: &'static str,
+    pub errno: i32,
+}
+
+impl std::fmt::Display for CephError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} failed: {}",
+            self.call,
+            std::io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+fn check(call: &'static str, rc: c_int) -> Result<(), CephError> {
+    if rc < 0 {
+        Err(CephError { call, errno: -rc })
+    } else {
+        Ok(())
+    }
+}
+
+fn cstring(call: &'static str, s: &str) -> Result<CString, CephError> {
+    CString::new(s).map_err(|_| CephError {
+        call,
+        errno: libc::EINVAL,
+    })
+}
+
+fn path_cstring(call: &'static str, p: &Path) -> Result<CString, CephError> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| CephError {
+        call,
+        errno: libc::EINVAL,
+    })
+}
+
+/// How to reach the cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterParams<'a> {
+    /// Configuration file; `None`: librados' default search.
+    pub conf: Option<&'a Path>,
+    /// Client id (`admin`); `None`: librados' default.
+    pub client_id: Option<&'a str>,
+    /// Keyring file; `None`: what the configuration says.
+    pub keyring: Option<&'a Path>,
+    /// Options set before the configuration file is read (the file wins).
+    pub defaults: &'a [(&'a str, &'a str)],
+}
+
+/// A cluster connection, a pool context and an open image (see the module docs).
+pub struct Image {
+    cluster: rados_t,
+    ioctx: rados_ioctx_t,
+    image: rbd_image_t,
+}
+
+// SAFETY: the handles are opaque pointers to librados/librbd objects that have no thread
+// affinity; librbd serialises access to an image internally, and its C API may be
+// called for one image from several threads at once (AIO submission, size queries).
+unsafe impl Send for Image {}
+// SAFETY: as for Send: every method takes `&self` and librbd locks internally.
+unsafe impl Sync for Image {}
+
+impl Image {
+    /// Connects to the cluster and opens `pool`/`name` (its head, read-write).
+    pub fn open(params: &ClusterParams<'_>, pool: &str, name: &str) -> Result<Image, CephError> {
+        let id = params
+            .client_id
+            .map(|i| cstring("rados_create", i))
+            .transpose()?;
+        let mut cluster: rados_t = std::ptr::null_mut();
+        // SAFETY: `cluster` is a valid out-pointer; `id` is a NUL-terminated string or
+        // null (librados' default id), alive for the call.
+        let rc = unsafe {
+            rados_create(
+                &mut cluster,
+                id.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            )
+        };
+        check("rados_create", rc)?;
+        // From here on `img` owns what has been created, and its Drop undoes it.
+        let mut img = Image {
+            cluster,
+            ioctx: std::ptr::null_mut(),
+            image: std::ptr::null_mut(),
+        };
+        for (k, v) in params.defaults {
+            img.conf_set(k, v)?;
+        }
+        let conf = params
+            .conf
+            .map(|p| path_cstring("rados_conf_read_file", p))
+            .transpose()?;
+        // SAFETY: the cluster handle is valid and not connected yet; the path is a
+        // NUL-terminated string or null (default search), alive for the call.
+        let rc = unsafe {
+            rados_conf_read_file(
+                img.cluster,
+                conf.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            )
+        };
+        // Without an explicit file, a missing default file is fine when the
+        // environment (CEPH_ARGS) or the defaults are enough.
+        if params.conf.is_some() || rc != -libc::ENOENT {
+            check("rados_conf_read_file", rc)?;
+        }
+        if let Some(k) = params.keyring {
+            let k = k.to_string_lossy();
+            img.conf_set("keyring", &k)?;
+        }
+        // SAFETY: the cluster handle is valid and configured; connect blocks until the
+        // monitors answer or `client_mount_timeout` passes.
+        check("rados_connect", unsafe { rados_connect(img.cluster) })?;
+        let pool_c = cstring("rados_ioctx_create", pool)?;
+        // SAFETY: connected cluster, NUL-terminated pool name, valid out-pointer.
+        let rc = unsafe { rados_ioctx_create(img.cluster, pool_c.as_ptr(), &mut img.ioctx) };
+        check("rados_ioctx_create", rc)?;
+        let name_c = cstring("rbd_open", name)?;
+        // SAFETY: valid pool context, NUL-terminated image name, valid out-pointer; a
+        // null snapshot name opens the image head read-write.
+        let rc = unsafe { rbd_open(img.ioctx, name_c.as_ptr(), &mut img.image, std::ptr::null()) };
+        check("rbd_open", rc)?;
+        Ok(img)
+    }
+
+    fn conf_set(&self, option: &str, value: &str) -> Result<(), CephError> {
+        let (o, v) = (
+            cstring("rados_conf_set", option)?,
+            cstring("rados_conf_set", value)?,
+        );
+        // SAFETY: valid cluster handle; both strings NUL-terminated and alive for the call.
+        check("rados_conf_set", unsafe {
+            rados_conf_set(self.cluster, o.as_ptr(), v.as_ptr())
+        })
+    }
+
+    /// The client's value of configuration `option` (`rbd_cache` → `true`).
+    pub fn conf_get(&self, option: &str) -> Result<String, CephError> {
+        let o = cstring("rados_conf_get", option)?;
+        let mut len = FIRST_CONF_BUF;
+        loop {
+            let mut buf = vec![0u8; len];
+            // SAFETY: valid cluster handle; `o` is NUL-terminated; librados writes at
+            // most `buf.len()` bytes into `buf` (NUL included) or fails with
+            // ENAMETOOLONG.
+            let rc = unsafe {
+                rados_conf_get(self.cluster, o.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            };
+            if rc == -libc::ENAMETOOLONG && len < MAX_CONF_VALUE {
+                len *= 2;
+                continue;
+            }
+            check("rados_conf_get", rc)?;
+            let s = CStr::from_bytes_until_nul(&buf).map_err(|_| CephError {
+                call: "rados_conf_get",
+                errno: libc::EINVAL,
+            })?;
+            return Ok(s.to_string_lossy().into_owned());
+        }
+    }
+
+    /// The image's current size in bytes (librbd refreshes the header first when a
+    /// watch notification said it changed, e.g. after `rbd resize`).
+    pub fn size(&self) -> Result<u64, CephError> {
+        let mut size = 0u64;
+        // SAFETY: open image, valid out-pointer.
+        check("rbd_get_size", unsafe {
+            rbd_get_size(self.image, &mut size)
+        })?;
+        Ok(size)
+    }
+
+    /// Flushes the client's write-back cache, blocking.
+    pub fn flush_blocking(&self) -> Result<(), CephError> {
+        // SAFETY: open image; rbd_flush blocks until cached writes are on the OSDs.
+        check("rbd_flush", unsafe { rbd_flush(self.image) })
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        // Nothing can be in flight: every InFlight holds an `Arc<Image>`.
+        if !self.image.is_null() {
+            // SAFETY: the image was opened by rbd_open and is closed exactly once.
+            let rc = unsafe { rbd_close(self.image) };
+            if rc < 0 {
+                tracing::warn!(errno = -rc, "rbd_close failed");
+            }
+        }
+        if !self.ioctx.is_null() {
+            // SAFETY: created by rados_ioctx_create, destroyed once, its image closed.
+            unsafe { rados_ioctx_destroy(self.ioctx) };
+        }
+        // SAFETY: created by rados_create, shut down once, after its pool context.
+        unsafe { rados_shutdown(self.cluster) };
+    }
+}
+
+/// What librbd's callback reports: which slot, and the completion it fired for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    slot: usize,
+    /// The completion's address; only compared, never dereferenced.
+    completion: usize,
+}
+
+impl Done {
+    /// The channel slot the operation was submitted with.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+}
+
+/// The sending half of a channel's mailbox, shared with librbd's callbacks.
+struct Notifier {
+    tx: mpsc::Sender<Done>,
+    efd: EventFd,
+}
+
+/// The argument librbd hands back to [`on_complete`]: boxed per operation.
+struct CallbackArg {
+    notifier: Arc<Notifier>,
+    slot: usize,
+}
+
+/// librbd's completion callback (its own thread): hands the completion over and wakes
+/// the poll group, nothing else.
+extern "C" fn on_complete(c: rbd_completion_t, arg: *mut c_void) {
+    // SAFETY: `arg` is the `Box<CallbackArg>` leaked in `submit` for this completion;
+    // librbd calls the callback exactly once per completion, so the box is reclaimed once.
+    let arg = unsafe { Box::from_raw(arg.cast::<CallbackArg>()) };
+    // A closed receiver (channel dropped) is fine: the InFlight was leaked.
+    let _ = arg.notifier.tx.send(Done {
+        slot: arg.slot,
+        completion: c as usize,
+    });
+    // Only EAGAIN (counter saturated) can fail, and then the eventfd is readable anyway.
+    let _ = arg.notifier.efd.write(1);
+}
+
+/// A channel's completion mailbox (see the module docs).
+pub struct Completions {
+    notifier: Arc<Notifier>,
+    rx: mpsc::Receiver<Done>,
+}
+
+impl Completions {
+    pub fn new() -> std::io::Result<Completions> {
+        let efd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
+        let (tx, rx) = mpsc::channel();
+        Ok(Completions {
+            notifier: Arc::new(Notifier { tx, efd }),
+            rx,
+        })
+    }
+
+    /// Readable when completions are waiting.
+    pub fn event_fd(&self) -> RawFd {
+        self.notifier.efd.as_raw_fd()
+    }
+
+    /// Appends every completion that arrived to `out`.
+    pub fn drain(&self, out: &mut Vec<Done>) {
+        // Clear first (module docs: ordering). EAGAIN: nothing signalled yet.
+        let _ = self.notifier.efd.read();
+        while let Ok(d) = self.rx.try_recv() {
+            out.push(d);
+        }
+    }
+
+    /// Makes the eventfd readable (a completion that did not go through librbd).
+    pub fn signal(&self) {
+        let _ = self.notifier.efd.write(1);
+    }
+
+    /// Blocks until the eventfd is readable or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) {
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(self.notifier.efd.as_fd(), PollFlags::POLLIN)];
+        let _ = nix::poll::poll(&mut fds, PollTimeout::from(ms));
+    }
+}
+
+/// One librbd operation.
+#[derive(Debug)]
+pub enum Request {
+    Read { offset: u64, buf: DmaSlice },
+    Write { offset: u64, buf: DmaSlice },
+    Discard { offset: u64, len: u64 },
+    WriteZeroes { offset: u64, len: u64 },
+    Flush,
+}
+
+/// A submitted operation (see the module docs).
+pub struct InFlight {
+    completion: rbd_completion_t,
+    buf: Option<DmaSlice>,
+    image: Option<Arc<Image>>,
+}
+
+// SAFETY: the completion pointer is only passed back to librbd (get_return_value,
+// release), which may be done from any thread; the rest is Send.
+unsafe impl Send for InFlight {}
+
+/// Submits `req` on `image`; its [`Done`] will arrive in `mailbox` carrying `slot`.
+/// `Err(errno)` if librbd refused it up front (then nothing is in flight).
+pub fn submit(
+    image: &Arc<Image>,
+    req: Request,
+    mailbox: &Completions,
+    slot: usize,
+) -> Result<InFlight, i32> {
+    // DmaSlice's fields are public: check the range here rather than trust it, since
+    // librbd will read or write every byte of it.
+    if let Request::Read { buf, .. } | Request::Write { buf, .. } = &req {
+        if buf.buf.ptr_at(buf.offset, buf.len).is_none() {
+            return Err(libc::EFAULT);
+        }
+    }
+    let arg = Box::into_raw(Box::new(CallbackArg {
+        notifier: mailbox.notifier.clone(),
+        slot,
+    }));
+    let mut c: rbd_completion_t = std::ptr::null_mut();
+    // SAFETY: `arg` stays valid until the callback reclaims it (or we do below, if the
+    // operation is never issued); `on_complete` matches rbd_callback_t; `c` is a valid
+    // out-pointer.
+    let rc = unsafe { rbd_aio_create_completion(arg.cast(), on_complete, &mut c) };
+    if rc < 0 {
+        // SAFETY: no completion exists, so no callback can reclaim `arg`: we do, once.
+        drop(unsafe { Box::from_raw(arg) });
+        return Err(-rc);
+    }
+    let img = image.image;
+    // The data buffers below lie inside registered DmaBuffers (checked above); each is
+    // kept alive in the InFlight until `finish`, which only succeeds after librbd's
+    // callback, or leaked if never finished.
+    let (rc, buf) = match req {
+        Request::Read { offset, buf } => {
+            // SAFETY: open image, fresh completion; `buf.ptr()..+buf.len` is writable
+            // memory that outlives the operation (above).
+            let rc = unsafe { rbd_aio_read(img, offset, buf.len, buf.ptr().cast(), c) };
+            (rc, Some(buf))
+        }
+        Request::Write { offset, buf } => {
+            // SAFETY: open image, fresh completion; `buf.ptr()..+buf.len` is readable
+            // memory that outlives the operation (above).
+            let rc = unsafe { rbd_aio_write(img, offset, buf.len, buf.ptr().cast(), c) };
+            (rc, Some(buf))
+        }
+        Request::Discard { offset, len } => {
+            // SAFETY: open image and fresh completion; no memory of ours is involved.
+            let rc = unsafe { rbd_aio_discard(img, offset, len, c) };
+            (rc, None)
+        }
+        Request::WriteZeroes { offset, len } => match usize::try_from(len) {
+            Ok(len) => {
+                // SAFETY: open image and fresh completion; no flags (thin zeroing).
+                let rc = unsafe { rbd_aio_write_zeroes(img, offset, len, c, 0, 0) };
+                (rc, None)
+            }
+            Err(_) => (-libc::EINVAL, None),
+        },
+        Request::Flush => {
+            // SAFETY: open image and fresh completion.
+            let rc = unsafe { rbd_aio_flush(img, c) };
+            (rc, None)
+        }
+    };
+    if rc < 0 {
+        // librbd refused the operation without starting it, so the callback will not
+        // run: release the completion and reclaim `arg` here.
+        // SAFETY: the completion is ours and not attached to any operation.
+        unsafe { rbd_aio_release(c) };
+        // SAFETY: reclaimed once; no callback will.
+        drop(unsafe { Box::from_raw(arg) });
+        return Err(-rc);
+    }
+    Ok(InFlight {
+        completion: c,
+        buf,
+        image: Some(image.clone()),
+    })
+}
+
+impl InFlight {
+    /// If `done` is this operation's callback report: its return value (bytes or
+    /// -errno) and its buffer. Otherwise the operation back, untouched.
+    pub fn finish(mut self, done: &Done) -> Result<(isize, Option<DmaSlice>), InFlight> {
+        if done.completion != self.completion as usize {
+            return Err(self);
+        }
+        // SAFETY: the callback for this completion ran (it produced `done`), so the
+        // operation is over: reading its value and releasing our reference is allowed
+        // from any thread; librbd keeps its own reference until its callback returns.
+        let ret = unsafe { rbd_aio_get_return_value(self.completion) };
+        // SAFETY: released once; `completion` is nulled so Drop does not leak it.
+        unsafe { rbd_aio_release(self.completion) };
+        self.completion = std::ptr::null_mut();
+        self.image = None;
+        Ok((ret, self.buf.take()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.completion.is_null() {
+            return;
+        }
+        // Unfinished: librbd may still use the buffer and the image. Leak both rather
+        // than free memory it could write (and the completion with them).
+        if let Some(b) = self.buf.take() {
+            std::mem::forget(b);
+        }
+        if let Some(i) = self.image.take() {
+            std::mem::forget(i);
+        }
+    }
+}

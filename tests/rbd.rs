@@ -1,0 +1,445 @@
+//! Ceph RBD namespaces end to end (issue 17, part 1): each test starts its own private
+//! cluster (`scripts/ceph-test-cluster`: one monitor, one memstore OSD, no auth) and
+//! exports `rbd/img` over loopback (NVMe/RDMA on the software provider) or NVMe/TCP.
+//! A cluster that cannot start fails the test with the reason: these are never skipped.
+//!
+//! Covered: write/read/verify at several block sizes and depths; Flush, Write Zeroes
+//! and Deallocate with interrupt-mode poll groups (woken by the channel's eventfd); the Volatile Write Cache reported from `rbd_cache`; `rbd resize`
+//! while a host is connected (`ctl resize-ns` → Namespace Attribute Changed, new size);
+//! the OSD stopped under I/O, shorter than the host's command timeout (commands wait,
+//! none fails) and longer (commands time out host-side; after the OSD resumes and the
+//! host reconnects, every acknowledged write reads back).
+
+#![cfg_attr(not(feature = "rbd"), allow(unused))]
+
+/// Without the feature there is nothing to test: say so instead of passing silently.
+#[cfg(not(feature = "rbd"))]
+#[test]
+fn rbd_feature_is_enabled() {
+    panic!("nvmf-tests was built without its `rbd` feature: the RBD tests did not run");
+}
+
+#[cfg(feature = "rbd")]
+mod rbd {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use nvmf_common::config::{Config, PollMode};
+    use nvmf_common::types::{Nqn, Nsid};
+    use nvmf_common::wire::admin::{aer_notice, aer_type};
+    use nvmf_common::wire::identify::{vwc, IdentifyController};
+    use nvmf_initiator::controller::{ConnectOptions, Controller};
+    use nvmf_initiator::namespace::NsIo;
+    use nvmf_initiator::transport::tcp::TcpOptions;
+    use nvmf_initiator::transport::Fabric;
+    use nvmf_target::live::ctl::{handle, Request};
+    use nvmf_tests::ceph_cluster::CephCluster;
+    use nvmf_tests::ops_support::{
+        changed_ns_list, connect_as, free_port, nsze, start_live, wait_aer,
+    };
+    use nvmf_tests::{
+        config, connect, connect_to, hostnqn, pattern, start, start_tcp, write_read_verify,
+        TEST_HOSTID,
+    };
+
+    /// The image every test exports, and its size (memstore keeps written bytes in RAM).
+    const IMAGE: &str = "rbd:rbd/img";
+    const IMAGE_SIZE: &str = "64M";
+    const IMAGE_BYTES: u64 = 64 << 20;
+    const BLOCK: usize = 512;
+    /// How long the OSD is stopped in the "shorter than the host timeout" case.
+    const SHORT_STALL: Duration = Duration::from_secs(3);
+    /// Command timeout of the host in the "longer than the host timeout" case.
+    const SHORT_HOST_TIMEOUT: Duration = Duration::from_secs(2);
+    /// How long the OSD is stopped in that case.
+    const LONG_STALL: Duration = Duration::from_secs(4);
+    /// The first LBA of the image's second half: each stall case writes its own half.
+    const HALF_LBA: u64 = IMAGE_BYTES / 2 / BLOCK as u64;
+
+    fn rbd_config(cluster: &CephCluster) -> Config {
+        let mut cfg = config(&[IMAGE]);
+        cluster.attach(&mut cfg);
+        cfg
+    }
+
+    #[test]
+    fn loopback_write_read_verify() {
+        let cluster = CephCluster::start("loopback", IMAGE_SIZE);
+        let env = start(&rbd_config(&cluster));
+        for (bs, qd, count) in [(4096, 16, 256), (128 << 10, 4, 64), (512, 1, 32)] {
+            // write_read_verify takes the controller's I/O queues: one controller each.
+            let mut ctrl = connect(&env, 1, 64);
+            write_read_verify(&mut ctrl, bs, qd, count);
+            ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
+        }
+    }
+
+    #[test]
+    fn tcp_io_flush_write_zeroes_deallocate() {
+        let cluster = CephCluster::start("tcp", IMAGE_SIZE);
+        // Interrupt mode: the poll groups sleep until a wait handle fires, so every
+        // completion must come through the channel's eventfd.
+        let mut cfg = rbd_config(&cluster);
+        cfg.transport.poll_mode = PollMode::Interrupt;
+        let env = start_tcp(&cfg, TcpOptions::default());
+        let mut ctrl = connect_to(&env.fabric, &env.nqn, 2, 64);
+        // rbd_cache defaults to on: a volatile write cache the host must flush.
+        let idc = IdentifyController::new_checked(ctrl.identify_controller_raw())
+            .unwrap_or_else(|e| panic!("identify controller: {e}"));
+        assert_ne!(idc.vwc() & vwc::PRESENT, 0, "VWC not reported");
+        let mut verify = connect_to(&env.fabric, &env.nqn, 1, 64);
+        write_read_verify(&mut verify, 4096, 32, 512);
+        verify
+            .shutdown()
+            .unwrap_or_else(|e| panic!("shutdown: {e}"));
+        let mut q = ctrl.take_io_queues().remove(0);
+        {
+            let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(io.info().nsze * BLOCK as u64, IMAGE_BYTES);
+            let lba = 8192;
+            let d = pattern(17, lba, 64 << 10);
+            io.write(lba, &d).unwrap_or_else(|e| panic!("write: {e}"));
+            io.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+            // Write Zeroes over the middle 8 KiB.
+            io.write_zeroes(lba + 8, 16)
+                .unwrap_or_else(|e| panic!("write zeroes: {e}"));
+            let mut back = vec![0xFFu8; d.len()];
+            io.read(lba, &mut back)
+                .unwrap_or_else(|e| panic!("read: {e}"));
+            assert!(back[..4096] == d[..4096]);
+            assert!(back[4096..12288].iter().all(|&b| b == 0), "not zeroed");
+            assert!(back[12288..] == d[12288..]);
+            // Deallocate a whole 4 MiB object: it reads back as zeroes afterwards.
+            io.deallocate(&[(0, (4 << 20) / BLOCK as u32)])
+                .unwrap_or_else(|e| panic!("deallocate: {e}"));
+            let mut back = vec![0xFFu8; 4096];
+            io.read(0, &mut back)
+                .unwrap_or_else(|e| panic!("read: {e}"));
+            assert!(
+                back.iter().all(|&b| b == 0),
+                "deallocated object reads data"
+            );
+            // The last block, and one past it.
+            let last = IMAGE_BYTES / BLOCK as u64 - 1;
+            io.write(last, &pattern(3, last, BLOCK))
+                .unwrap_or_else(|e| panic!("write last: {e}"));
+            assert!(io.write(last + 1, &pattern(3, last, BLOCK)).is_err());
+        }
+        drop(q);
+        ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
+    }
+
+    const SUB: &str = "nqn.2024-01.io.nvmf-rs:rbd";
+    /// Writes timed after each resize, and the time they may take: a few ms each when
+    /// the eventfd wakes the poll group, the 20 ms sleep limit each when it does not.
+    const QD1_WRITES: u64 = 50;
+    const QD1_BUDGET: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn resize_while_connected() {
+        let cluster = CephCluster::start("resize", IMAGE_SIZE);
+        let yaml = format!(
+        "ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: \"{}\", subsystems: [{SUB}] }}\n\
+         subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n    namespaces:\n      \
+         - {{ nsid: 1, device_path: \"{IMAGE}\", ceph_conf: \"{}\" }}\n",
+        free_port(),
+        cluster.conf().display()
+    );
+        let t = start_live(&yaml, None);
+        let sub = Nqn::new(SUB).unwrap_or_else(|e| panic!("{e}"));
+        let c = connect_as(&t.fabric(1), 1, &sub, 1, 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(nsze(&c, 1) * BLOCK as u64, IMAGE_BYTES);
+        let resize = || {
+            let r = handle(
+                &t.live,
+                &Request::ResizeNs {
+                    nqn: SUB.into(),
+                    nsid: 1,
+                },
+            );
+            assert!(r.ok, "resize-ns: {:?}", r.error);
+            r.changes
+        };
+        let same = resize();
+        assert!(same.iter().any(|c| c.contains("unchanged")), "{same:?}");
+
+        cluster.rbd(&["resize", "rbd/img", "--size", "96M"]);
+        // librbd's header watch makes the new size visible shortly after the CLI returns.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let changes = resize();
+            if changes.iter().any(|c| c.contains("resized")) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "resize not noticed: {changes:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let dw0 = wait_aer(&c);
+        assert_eq!(dw0 & 0x7, u32::from(aer_type::NOTICE), "dw0 {dw0:#x}");
+        assert_eq!(
+            (dw0 >> 8) & 0xFF,
+            u32::from(aer_notice::NS_ATTR_CHANGED),
+            "dw0 {dw0:#x}"
+        );
+        assert_eq!(changed_ns_list(&c), vec![1]);
+        assert_eq!(nsze(&c, 1) * BLOCK as u64, 96 << 20);
+
+        // Each resize replaces the backend and its channels (new eventfds, whose
+        // numbers may be those of closed ones): I/O at QD 1 on interrupt-mode poll
+        // groups must still be woken by the new eventfd, not by the sleep timeout.
+        for (size, bytes) in [("128M", 128u64 << 20), ("160M", 160 << 20)] {
+            let mut w = connect_as(&t.fabric(1), 2, &sub, 1, 0).unwrap_or_else(|e| panic!("{e}"));
+            let mut q = w.take_io_queues().remove(0);
+            {
+                let mut io = NsIo::new(&w, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+                let started = Instant::now();
+                for i in 0..QD1_WRITES {
+                    io.write(i * 8, &pattern(5, i * 8, 4096))
+                        .unwrap_or_else(|e| panic!("write: {e}"));
+                }
+                let took = started.elapsed();
+                eprintln!("{QD1_WRITES} QD1 writes in {took:?}");
+                assert!(
+                    took < QD1_BUDGET,
+                    "{QD1_WRITES} QD1 writes took {took:?}: completions not woken by the eventfd"
+                );
+            }
+            drop(q);
+            w.shutdown().unwrap_or_else(|e| panic!("{e}"));
+            cluster.rbd(&["resize", "rbd/img", "--size", size]);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while nsze(&c, 1) * BLOCK as u64 != bytes {
+                let _ = resize();
+                assert!(Instant::now() < deadline, "resize to {size} not noticed");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+
+        // `ctl add-ns` with the cluster's configuration: a second image while running.
+        cluster.rbd(&["create", "rbd/img2", "--size", "8M"]);
+        let r = handle(
+            &t.live,
+            &Request::AddNs {
+                nqn: SUB.into(),
+                device_path: "rbd:rbd/img2".into(),
+                nsid: Some(2),
+                ceph_conf: Some(cluster.conf().to_path_buf()),
+                client_id: Some("admin".into()),
+                keyring: None,
+            },
+        );
+        assert!(r.ok, "add-ns: {:?}", r.error);
+        assert_eq!(nsze(&c, 2) * BLOCK as u64, 8 << 20);
+        // The Ceph keys belong to rbd: namespaces only.
+        let r = handle(
+            &t.live,
+            &Request::AddNs {
+                nqn: SUB.into(),
+                device_path: "ram:1M".into(),
+                nsid: Some(3),
+                ceph_conf: Some(cluster.conf().to_path_buf()),
+                client_id: None,
+                keyring: None,
+            },
+        );
+        assert!(!r.ok, "ceph_conf accepted on a RAM namespace");
+    }
+
+    /// Options for a host with `timeout` per command.
+    fn opts_with_timeout(nqn: &Nqn, timeout: Duration) -> ConnectOptions {
+        let mut o = ConnectOptions::new(nqn.clone(), hostnqn(), TEST_HOSTID);
+        o.nr_io_queues = 1;
+        o.queue_size = 32;
+        o.command_timeout = timeout;
+        o
+    }
+
+    /// Writes 4 KiB extents cycling through `first_lba..end_lba` (one per command, `qd` in
+    /// flight) until `stop`; returns the LBAs whose writes the target acknowledged and
+    /// how many failed.
+    fn write_until(
+        ctrl: &Controller,
+        q: &mut nvmf_initiator::queue::Queue,
+        qd: usize,
+        first_lba: u64,
+        end_lba: u64,
+        stop: &AtomicBool,
+    ) -> (Vec<u64>, usize) {
+        let mut io = NsIo::new(ctrl, q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+        let bs = 4096usize;
+        let nb = (bs / BLOCK) as u32;
+        let bufs: Vec<_> = (0..qd)
+            .map(|_| ctrl.alloc(bs).unwrap_or_else(|e| panic!("alloc: {e}")))
+            .collect();
+        let mut free: Vec<usize> = (0..qd).collect();
+        let (mut acked, mut failed) = (Vec::new(), 0usize);
+        let mut next = first_lba;
+        let mut outstanding = 0usize;
+        let mut done = Vec::new();
+        loop {
+            while !stop.load(Ordering::Relaxed) {
+                let Some(b) = free.pop() else { break };
+                // Around again: the same LBA always gets the same data, so an
+                // acknowledged extent stays verifiable whatever was rewritten over it.
+                if next + u64::from(nb) > end_lba {
+                    next = first_lba;
+                }
+                bufs[b].write_at(0, &pattern(0x5EED, next, bs));
+                if io
+                    .submit_write((b as u64) << 40 | next, next, nb, &bufs[b], false)
+                    .is_err()
+                {
+                    free.push(b);
+                    failed += 1;
+                    break;
+                }
+                outstanding += 1;
+                next += u64::from(nb);
+            }
+            if outstanding == 0 {
+                return (acked, failed);
+            }
+            let _ = io.queue().flush();
+            io.queue().wait(Duration::from_millis(50));
+            io.queue().expire(Instant::now());
+            done.clear();
+            if io.queue().poll(&mut done).is_err() && done.is_empty() {
+                // The queue is broken (a timeout): nothing more will come back on it.
+                return (acked, failed + outstanding);
+            }
+            for c in &done {
+                outstanding -= 1;
+                free.push((c.tag >> 40) as usize);
+                if c.status.is_success() {
+                    acked.push(c.tag & 0xFF_FFFF_FFFF);
+                } else {
+                    failed += 1;
+                }
+            }
+            if io.queue().is_broken() && outstanding == 0 {
+                return (acked, failed);
+            }
+        }
+    }
+
+    /// Reads back every acknowledged extent through a fresh controller.
+    fn verify_acked(fabric: &Arc<dyn Fabric>, nqn: &Nqn, acked: &[u64]) {
+        let mut acked = acked.to_vec();
+        acked.sort_unstable();
+        acked.dedup();
+        let mut ctrl = connect_to(fabric, nqn, 1, 32);
+        let mut q = ctrl.take_io_queues().remove(0);
+        {
+            let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+            let mut back = vec![0u8; 4096];
+            for &lba in &acked {
+                io.read(lba, &mut back)
+                    .unwrap_or_else(|e| panic!("read back {lba}: {e}"));
+                assert!(
+                    back == pattern(0x5EED, lba, 4096),
+                    "acknowledged write at LBA {lba} lost"
+                );
+            }
+        }
+        drop(q);
+        ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
+    }
+
+    fn signal(pid: i32, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+            .unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
+    }
+
+    #[test]
+    fn osd_stopped_under_io() {
+        use nix::sys::signal::Signal::{SIGCONT, SIGSTOP};
+        let cluster = CephCluster::start("osd-stop", IMAGE_SIZE);
+        let env = start_tcp(&rbd_config(&cluster), TcpOptions::default());
+        let osd = cluster.osd_pid();
+
+        // 1. Stopped for less than the host's 10 s command timeout: commands wait and
+        //    every one succeeds once the OSD runs again.
+        let ctrl = connect_to(&env.fabric, &env.nqn, 1, 32);
+        let ctrl = Arc::new(Mutex::new(ctrl));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (ctrl, stop) = (ctrl.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut c = ctrl.lock().unwrap_or_else(|e| panic!("{e}"));
+                let mut q = c.take_io_queues().remove(0);
+                let r = write_until(&c, &mut q, 8, 0, HALF_LBA, &stop);
+                drop(q);
+                r
+            })
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        signal(osd, SIGSTOP);
+        let stalled_at = Instant::now();
+        std::thread::sleep(SHORT_STALL);
+        signal(osd, SIGCONT);
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        let (acked, failed) = writer.join().unwrap_or_else(|_| panic!("writer panicked"));
+        eprintln!(
+            "short stall ({:?}): {} writes acknowledged, {failed} failed",
+            stalled_at.elapsed(),
+            acked.len()
+        );
+        assert_eq!(
+            failed, 0,
+            "a stall shorter than the host timeout failed commands"
+        );
+        assert!(!acked.is_empty());
+        verify_acked(&env.fabric, &env.nqn, &acked);
+        if let Ok(c) = Arc::try_unwrap(ctrl) {
+            let _ = c.into_inner().map(|c| c.shutdown());
+        }
+
+        // 2. Stopped for longer than a 2 s host timeout: the stalled commands time out on
+        //    the host (its queue is then broken); after SIGCONT a new controller reads back
+        //    every write that was acknowledged, and the target serves as before.
+        let mut c = Controller::connect(
+            env.fabric.clone(),
+            opts_with_timeout(&env.nqn, SHORT_HOST_TIMEOUT),
+        )
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+        let mut q = c.take_io_queues().remove(0);
+        let stop = AtomicBool::new(false);
+        let (acked, failed) = std::thread::scope(|s| {
+            let w = s.spawn(|| write_until(&c, &mut q, 8, HALF_LBA, 2 * HALF_LBA, &stop));
+            std::thread::sleep(Duration::from_millis(500));
+            signal(osd, SIGSTOP);
+            std::thread::sleep(LONG_STALL);
+            stop.store(true, Ordering::Relaxed);
+            let r = w.join().unwrap_or_else(|_| panic!("writer panicked"));
+            signal(osd, SIGCONT);
+            r
+        });
+        eprintln!(
+            "long stall: {} writes acknowledged, {failed} timed out or failed",
+            acked.len()
+        );
+        assert!(
+            failed > 0,
+            "no command outlived the {SHORT_HOST_TIMEOUT:?} host timeout"
+        );
+        assert!(!acked.is_empty());
+        drop(q);
+        drop(c);
+        verify_acked(&env.fabric, &env.nqn, &acked);
+        nvmf_tests::assert_serves(&env.fabric, &env.nqn, 16);
+    }
+
+    #[test]
+    fn missing_image_fails_at_start_with_its_name() {
+        let cluster = CephCluster::start("missing", "8M");
+        let mut cfg = config(&["rbd:rbd/nope"]);
+        cluster.attach(&mut cfg);
+        let e = nvmf_target::target::Target::from_config(&cfg)
+            .err()
+            .unwrap_or_else(|| panic!("a missing image was served"));
+        let msg = e.to_string();
+        assert!(msg.contains("rbd:rbd/nope"), "{msg}");
+    }
+}
