@@ -421,11 +421,13 @@ impl ExecCtx {
         self.channels.values().map(|c| c.in_flight()).sum()
     }
 
-    /// File descriptors to wait on for backend completions.
-    pub fn event_fds(&self) -> Vec<std::os::fd::RawFd> {
+    /// File descriptors to wait on for backend completions, each with the namespace
+    /// instance whose channel owns it (a closed channel's number may be reused by the
+    /// next channel opened, which must then be watched anew).
+    pub fn event_fds(&self) -> Vec<(u64, std::os::fd::RawFd)> {
         self.channels
-            .values()
-            .filter_map(|c| c.event_fd())
+            .iter()
+            .filter_map(|(&id, c)| c.event_fd().map(|fd| (id, fd)))
             .collect()
     }
 

@@ -91,7 +91,8 @@ pub struct Runtime<T: Transport> {
     pub(super) icd_slot: usize,
     epoll: Epoll,
     events: Vec<EpollEvent>,
-    backend_fds: Vec<RawFd>,
+    /// Backend eventfds watched, with the namespace instance whose channel owns each.
+    backend_fds: Vec<(u64, RawFd)>,
     mode: PollMode,
     pub(super) load: Arc<std::sync::atomic::AtomicUsize>,
     wake: Arc<EventFd>,
@@ -308,8 +309,12 @@ impl<T: Transport> Runtime<T> {
 
     /// Adds eventfds of backend channels opened since the last wait.
     fn register_backend_fds(&mut self) {
-        for fd in self.ex.event_fds() {
-            if fd < 0 || self.backend_fds.contains(&fd) {
+        let current = self.ex.event_fds();
+        // Channels closed since: epoll dropped their descriptors when they closed, and a
+        // new channel may get the same number.
+        self.backend_fds.retain(|w| current.contains(w));
+        for (id, fd) in current {
+            if fd < 0 || self.backend_fds.contains(&(id, fd)) {
                 continue;
             }
             // SAFETY: `fd` is the eventfd of a backend channel owned by `self.ex`;
@@ -318,13 +323,18 @@ impl<T: Transport> Runtime<T> {
             // the registration call.
             let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
             let ev = EpollEvent::new(EpollFlags::EPOLLIN, BACKEND_TOKEN | fd as u64);
-            if let Err(e) = self.epoll.add(bfd, ev) {
+            let added = match self.epoll.add(bfd, ev) {
+                // Still registered (the old channel's description lives on elsewhere).
+                Err(nix::errno::Errno::EEXIST) => self.epoll.modify(bfd, &mut { ev }),
+                r => r,
+            };
+            if let Err(e) = added {
                 warn!(
                     group = self.index,
                     fd, "cannot watch a backend eventfd: {e}"
                 );
             }
-            self.backend_fds.push(fd);
+            self.backend_fds.push((id, fd));
         }
     }
 
