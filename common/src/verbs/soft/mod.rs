@@ -54,12 +54,16 @@
 //!   request dropped unanswered, or pending when its listener is dropped, is refused
 //!   ([`VerbsError::ConnectionRefused`]). Disconnecting or dropping either QP moves both
 //!   to the error state and flushes their posted receives.
+//! - **Shared receive queues** (`srq.rs`): a QP created with an SRQ takes each arriving
+//!   SEND's receive from the SRQ's ring (oldest first, whichever QP it came for); the
+//!   completion names the QP. Its receives are never flushed by a QP's error state.
 
 mod cm;
 mod counters;
 mod cq;
 mod mr;
 mod qp;
+mod srq;
 #[cfg(test)]
 mod tests;
 
@@ -90,6 +94,7 @@ struct DevShared {
     listeners: Mutex<HashMap<String, Arc<cm::ListenerShared>>>,
     cqs: Registry<cq::SoftCq>,
     pds: Registry<mr::SoftPd>,
+    srqs: Registry<srq::SoftSrq>,
     next_qpn: AtomicU32,
     /// Sequence number behind memory keys (see `mr.rs`).
     key_seq: AtomicU32,
@@ -166,6 +171,7 @@ impl SoftDevice {
                 listeners: Mutex::new(HashMap::new()),
                 cqs: Registry::new(),
                 pds: Registry::new(),
+                srqs: Registry::new(),
                 next_qpn: AtomicU32::new(1),
                 key_seq: AtomicU32::new(seed),
                 rnr_timeout_ns: AtomicU64::new(DEFAULT_RNR_TIMEOUT.as_nanos() as u64),

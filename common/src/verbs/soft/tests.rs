@@ -37,6 +37,7 @@ fn init(pd: &Arc<dyn ProtectionDomain>, cq: &Arc<dyn CompletionQueue>) -> QpInit
         send_cq: Arc::clone(cq),
         recv_cq: Arc::clone(cq),
         caps: caps(),
+        srq: None,
     }
 }
 
@@ -1106,6 +1107,9 @@ mod conformance {
         send_with_invalidate_revokes_the_rkey,
         cq_event_fd_is_armed_one_shot,
         cq_wait_wakes_on_completion,
+        srq_two_qps_share_receives,
+        srq_reposted_receives_are_reused,
+        srq_survives_a_destroyed_qp,
     ];
 
     #[test]
