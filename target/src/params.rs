@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use nvmf_common::config::{AdrFam, PollMode, TrType, TransportConfig};
+use nvmf_common::config::{AdrFam, PollMode, RdmaConfig, TrType, TransportConfig};
 
 /// Transport-independent limits (from the config's `transport:` section).
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub struct TargetParams {
     pub max_kato_ms: u32,
     /// How long a DH-HMAC-CHAP transaction may stall, in ms.
     pub auth_timeout_ms: u32,
+    /// NVMe/RDMA tuning (the config's `rdma:` section): shared receive queues.
+    pub rdma: RdmaConfig,
 }
 
 impl TargetParams {
@@ -36,6 +38,7 @@ impl TargetParams {
             poll_groups: t.poll_groups,
             max_kato_ms: t.keep_alive_timeout_ms,
             auth_timeout_ms: t.auth_timeout_ms,
+            rdma: RdmaConfig::default(),
         }
     }
 

@@ -89,6 +89,9 @@ counters! {
     recv_doorbells,
     /// NVMe/RDMA: receives reposted.
     recv_wrs,
+    /// NVMe/RDMA: bytes of command-capsule receive buffers registered (a gauge): the
+    /// group's shared receive queue, or the sum over its queues without one.
+    recv_buffer_bytes,
 }
 
 /// Nanoseconds on the monotonic clock (the one [`std::time::Instant`] reads). The data
