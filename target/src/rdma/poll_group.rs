@@ -155,8 +155,8 @@ pub fn spawn(
     let srq = if rdma.srq {
         match GroupSrq::new(pd.as_ref(), rdma.srq_depth, capsule_size(&target)) {
             Ok(s) => {
-                debug!(group = index, depth = rdma.srq_depth, bytes = s.bytes(), device = %device.name(),
-                       "shared receive queue posted");
+                info!(group = index, depth = rdma.srq_depth, bytes = s.bytes(), device = %device.name(),
+                      "shared receive queue posted");
                 Some(s)
             }
             Err(e) => {
