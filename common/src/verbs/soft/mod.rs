@@ -66,6 +66,10 @@ mod qp;
 mod srq;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_conformance;
+#[cfg(test)]
+mod tests_threads;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
