@@ -499,8 +499,7 @@ impl RdmaTransport {
     fn serve_backlogs(&mut self, rt: &mut Runtime<Self>) -> usize {
         let mut n = 0;
         while let Some(qi) = self.backlogged.pop() {
-            loop {
-                let Some(q) = rt.queue_mut(qi) else { break };
+            while let Some(q) = rt.queue_mut(qi) {
                 if q.dead {
                     break;
                 }
