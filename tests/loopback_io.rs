@@ -268,6 +268,43 @@ mod srq_on_and_off {
         io_both_ways(true, 32, 4, 64, 32);
     }
 
+    /// A device that cannot make an SRQ (here: the soft device told to refuse) gets
+    /// per-queue receives although `rdma.srq` is on, and serves I/O.
+    #[test]
+    fn falls_back_to_per_queue_receives_when_the_device_has_no_srq() {
+        use nvmf_common::verbs::soft::SoftDevice;
+        use nvmf_common::verbs::Device;
+        use nvmf_initiator::controller::{ConnectOptions, Controller};
+        use nvmf_initiator::transport::rdma::RdmaFabric;
+        use nvmf_target::rdma::{listen_addr, RdmaServer};
+        use nvmf_target::target::Target;
+
+        let cfg = config(&["ram:64M"]);
+        assert!(cfg.rdma.srq, "on by default");
+        let target = Target::from_config(&cfg).unwrap_or_else(|e| panic!("target: {e}"));
+        let device = SoftDevice::new();
+        device.set_srq_supported(false);
+        let dev: std::sync::Arc<dyn Device> = device.clone();
+        let ports = target.ports();
+        let server = RdmaServer::start(target.clone(), dev.clone(), &ports)
+            .unwrap_or_else(|e| panic!("rdma: {e}"));
+        let addr = listen_addr(ports.first().unwrap_or_else(|| panic!("a port")));
+        let fabric = RdmaFabric::loopback(dev, addr).unwrap_or_else(|e| panic!("fabric: {e}"));
+        let nqn = cfg.subsystems[0].nqn.clone();
+        let mut o = ConnectOptions::new(nqn, nvmf_tests::hostnqn(), nvmf_tests::TEST_HOSTID);
+        o.nr_io_queues = 1;
+        o.queue_size = 128;
+        let mut ctrl = Controller::connect(std::sync::Arc::new(fabric), o)
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let recv_bytes = nvmf_target::runtime::PortServer::counters(&server).recv_buffer_bytes;
+        assert_eq!(recv_bytes % CAPSULE, 0, "{recv_bytes}");
+        assert!(recv_bytes >= 128 * CAPSULE, "{recv_bytes}");
+        assert_ne!(recv_bytes, u64::from(RDMA_DEFAULT_SRQ_DEPTH) * CAPSULE);
+        nvmf_tests::write_read_verify(&mut ctrl, 4096, 32, 512);
+        ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
+        server.shutdown();
+    }
+
     #[test]
     fn write_read_16k_rdma_read_qd128_without_srq() {
         let env = env(false, RDMA_DEFAULT_SRQ_DEPTH);

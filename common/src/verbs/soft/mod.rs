@@ -103,6 +103,8 @@ struct DevShared {
     /// Sequence number behind memory keys (see `mr.rs`).
     key_seq: AtomicU32,
     rnr_timeout_ns: AtomicU64,
+    /// False: `create_srq` fails as on a device reporting `max_srq` 0.
+    srq_supported: std::sync::atomic::AtomicBool,
     random: RandomState,
 }
 
@@ -179,6 +181,7 @@ impl SoftDevice {
                 next_qpn: AtomicU32::new(1),
                 key_seq: AtomicU32::new(seed),
                 rnr_timeout_ns: AtomicU64::new(DEFAULT_RNR_TIMEOUT.as_nanos() as u64),
+                srq_supported: std::sync::atomic::AtomicBool::new(true),
                 random,
             }),
         })
@@ -204,6 +207,15 @@ impl SoftDevice {
     /// The current RNR timeout.
     pub fn rnr_timeout(&self) -> Duration {
         self.shared.rnr_timeout()
+    }
+
+    /// Whether shared receive queues can be created from now on (default true). False
+    /// makes the device behave like one reporting `max_srq` 0: `create_srq` fails with
+    /// [`VerbsError::Unsupported`], so callers' fallbacks can be tested.
+    pub fn set_srq_supported(&self, supported: bool) {
+        self.shared
+            .srq_supported
+            .store(supported, Ordering::Relaxed);
     }
 }
 

@@ -45,6 +45,9 @@ impl SoftSrq {
         pd: Arc<SoftPd>,
         caps: SrqCaps,
     ) -> Result<Arc<SoftSrq>, VerbsError> {
+        if !dev.srq_supported.load(Ordering::Relaxed) {
+            return Err(VerbsError::Unsupported("shared receive queues"));
+        }
         if caps.max_wr == 0 || caps.max_wr > MAX_WR {
             return Err(VerbsError::InvalidArgument("SRQ max_wr must be 1..=65536"));
         }
