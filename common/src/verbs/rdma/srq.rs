@@ -42,7 +42,7 @@ impl RdmaSrq {
             return Err(VerbsError::Unsupported("shared receive queues"));
         }
         let max_wr = caps.max_wr.clamp(1, limits.max_srq_wr);
-        let max_sge = caps.max_sge.clamp(1, limits.max_sge.max(1));
+        let max_sge = caps.max_sge.clamp(1, limits.max_srq_sge.max(1));
         let mut attr = ibv_srq_init_attr {
             srq_context: std::ptr::null_mut(),
             attr: ibv_srq_attr {
