@@ -332,6 +332,7 @@ pub(super) fn post_recv_chain(
             sg_list: if n == 0 {
                 std::ptr::null_mut()
             } else {
+                // In bounds: `first_sge + n <= s.sges.len()` by construction.
                 s.sges[first_sge..].as_mut_ptr()
             },
             num_sge,
