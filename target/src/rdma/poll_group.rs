@@ -266,7 +266,7 @@ impl Transport for RdmaTransport {
         debug!(group = self.index, %qid, qp = qp_num, slots = nq.slots, "queue added");
         self.by_qp.insert(qp_num, qi);
         self.queue_recv_bytes += own_recv_bytes;
-        self.publish_recv_bytes(rt);
+        self.publish_recv_gauges(rt);
         if !self.orphans.is_empty() {
             self.expire_orphans(Instant::now());
             let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
@@ -373,8 +373,9 @@ impl Transport for RdmaTransport {
         while let Some(qi) = self.dirty.pop() {
             let Some(q) = rt.queue_mut(qi) else { continue };
             if q.dead {
-                q.t.sends.clear();
                 q.t.reposts.clear();
+                let unposted = std::mem::take(&mut q.t.sends);
+                self.settle_unposted(rt, qi, &unposted);
                 continue;
             }
             let (qp_num, qid) = (q.t.qp_num, q.ctx.qid);
@@ -402,7 +403,12 @@ impl Transport for RdmaTransport {
             }
             if let Some(e) = failed {
                 warn!(%qid, qp = qp_num, "post failed: {e}; closing the queue");
+                let unposted = rt
+                    .queue_mut(qi)
+                    .map(|q| std::mem::take(&mut q.t.sends))
+                    .unwrap_or_default();
                 rt.kill(self, qi, "post failed", false);
+                self.settle_unposted(rt, qi, &unposted);
             }
         }
         // The group's SRQ reposts, after every queue's sends: one doorbell.
@@ -421,7 +427,7 @@ impl Transport for RdmaTransport {
 
     fn timers(&mut self, rt: &mut Runtime<Self>, now: Instant) {
         self.expire_orphans(now);
-        self.publish_recv_bytes(rt);
+        self.publish_recv_gauges(rt);
         let gone: Vec<u16> = (0..rt.queue_slots() as u16)
             .filter(|&qi| rt.queue(qi).is_some_and(|q| !q.dead && q.t.qp.is_dead()))
             .collect();
@@ -457,24 +463,42 @@ impl RdmaTransport {
         }
     }
 
+    /// Work requests of an ended queue that were never posted will never complete:
+    /// their slots settle now (else the queue, and the SRQ buffers its slots hold,
+    /// would wait for them forever).
+    fn settle_unposted(&mut self, rt: &mut Runtime<Self>, qi: u16, unposted: &[PendingSend]) {
+        for p in unposted {
+            let (PendingSend::Response { slot, .. } | PendingSend::Read { slot, .. }) = *p;
+            rt.settle(self, qi, slot);
+        }
+    }
+
     fn poll_cq(&mut self, rt: &mut Runtime<Self>) -> usize {
         let n = self.cq.poll(&mut self.wc_buf);
         for i in 0..n {
             let Some(wc) = self.wc_buf.get(i).copied() else {
                 break;
             };
+            if let (Some(srq), (wr_kind::SRQ_RECV, _)) =
+                (self.srq.as_mut(), verbs_wr_id_parts(wc.wr_id))
+            {
+                srq.consumed();
+            }
             self.on_completion(rt, &wc);
         }
         n
     }
 
-    /// Publishes the bytes of receive buffers registered (the SRQ's and the queues').
-    fn publish_recv_bytes(&self, rt: &Runtime<Self>) {
+    /// Publishes the bytes of receive buffers registered (the SRQ's and the queues')
+    /// and the receives posted to the SRQ.
+    fn publish_recv_gauges(&self, rt: &Runtime<Self>) {
         let srq = self.srq.as_ref().map_or(0, GroupSrq::bytes);
         runtime::stats::set(
             &rt.stats.recv_buffer_bytes,
             (srq + self.queue_recv_bytes) as u64,
         );
+        let posted = self.srq.as_ref().map_or(0, GroupSrq::posted);
+        runtime::stats::set(&rt.stats.srq_receives_posted, posted as u64);
     }
 
     /// Drops completions of unknown QPs older than [`ORPHAN_TTL`] (their queues were
@@ -699,7 +723,10 @@ fn post_sends(
     let n = wrs.len();
     let r = q.qp.post_send(&wrs);
     drop(wrs);
-    q.sends.clear();
+    // On failure nothing was posted: the caller settles the entries' slots.
+    if r.is_ok() {
+        q.sends.clear();
+    }
     r.map(|()| n)
 }
 

@@ -44,6 +44,8 @@ pub struct GroupSrq {
     depth: u16,
     /// Buffers to post with the pass's doorbell.
     reposts: Vec<u16>,
+    /// Receives posted and not yet seen completing (a gauge for leak checks).
+    posted: usize,
 }
 
 impl GroupSrq {
@@ -78,6 +80,7 @@ impl GroupSrq {
             capsule_size,
             depth,
             reposts: (0..depth).collect(),
+            posted: 0,
         };
         g.flush()?;
         Ok(g)
@@ -91,6 +94,16 @@ impl GroupSrq {
     /// Offset of buffer `b` in [`GroupSrq::buf`], if `b` is one of ours.
     pub fn offset(&self, b: u16) -> Option<usize> {
         (b < self.depth).then(|| usize::from(b) * self.capsule_size)
+    }
+
+    /// Receives posted to the SRQ whose completion has not been seen.
+    pub fn posted(&self) -> usize {
+        self.posted
+    }
+
+    /// A receive of the SRQ completed (whatever its status and wherever it goes).
+    pub fn consumed(&mut self) {
+        self.posted = self.posted.saturating_sub(1);
     }
 
     /// Queues buffer `b` for the pass's repost (ignored unless it is one of ours).
@@ -114,7 +127,10 @@ impl GroupSrq {
             |b| verbs_wr_id(wr_kind::SRQ_RECV, b),
         );
         self.reposts.clear();
-        r.map(|()| n)
+        r.map(|()| {
+            self.posted += n;
+            n
+        })
     }
 }
 
