@@ -440,8 +440,12 @@ impl Transport for RdmaTransport {
         let Some(q) = rt.queue_mut(qi) else { return };
         info!(qid = %q.ctx.qid, qp = q.t.qp_num, "queue closed: {why}");
         q.t.qp.disconnect();
-        q.t.sends.clear();
         q.t.reposts.clear();
+        // Sends still queued stay: the queue is dirty, and `flush` settles their slots
+        // (they will never be posted), which lets the runtime free the queue.
+        if !q.t.sends.is_empty() {
+            self.mark_dirty(qi);
+        }
     }
 
     fn freed(&mut self, q: &runtime::Queue<Self>) {
