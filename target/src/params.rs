@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use nvmf_common::config::{AdrFam, PollMode, TrType, TransportConfig};
+use nvmf_common::config::{AdrFam, PollMode, RdmaConfig, TrType, TransportConfig};
 
 /// Transport-independent limits (from the config's `transport:` section).
 #[derive(Debug, Clone)]
@@ -24,6 +24,8 @@ pub struct TargetParams {
     pub discovery_kato_ms: u32,
     /// How long a DH-HMAC-CHAP transaction may stall, in ms.
     pub auth_timeout_ms: u32,
+    /// NVMe/RDMA tuning (the config's `rdma:` section): shared receive queues.
+    pub rdma: RdmaConfig,
 }
 
 impl TargetParams {
@@ -39,6 +41,7 @@ impl TargetParams {
             cpus: t.cpus.clone(),
             discovery_kato_ms: t.keep_alive_timeout_ms,
             auth_timeout_ms: t.auth_timeout_ms,
+            rdma: RdmaConfig::default(),
         }
     }
 

@@ -102,7 +102,9 @@ impl Target {
     /// Builds the target from a validated config, opening every backend. A backend that
     /// cannot be opened stops startup with an error naming it.
     pub fn from_config(cfg: &Config) -> Result<Arc<Self>, StartError> {
-        let target = Target::new(TargetParams::from_config(&cfg.transport));
+        let mut params = TargetParams::from_config(&cfg.transport);
+        params.rdma = cfg.rdma.clone();
+        let target = Target::new(params);
         for s in &cfg.subsystems {
             target.add_subsystem(build_subsystem(s)?);
         }

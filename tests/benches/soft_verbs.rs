@@ -35,6 +35,7 @@ fn init(pd: &Arc<dyn ProtectionDomain>, cq: &Arc<dyn CompletionQueue>) -> QpInit
             max_send_sge: 4,
             max_recv_sge: 4,
         },
+        srq: None,
     }
 }
 

@@ -4,6 +4,9 @@
 //! ```yaml
 //! transport:                  # tuning, all optional
 //!   max_queue_size: 128
+//! rdma:                       # NVMe/RDMA tuning, all optional
+//!   srq: true                 # one shared receive queue per poll group
+//!   srq_depth: 1024
 //! ports:
 //!   - portid: 1
 //!     trtype: tcp             # loopback | rdma | tcp
@@ -28,6 +31,7 @@ mod error;
 mod hosts;
 mod locate;
 mod metrics;
+mod rdma;
 mod serde_util;
 pub mod spec;
 mod tcp;
@@ -53,6 +57,7 @@ pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
+pub use rdma::{RdmaConfig, RDMA_DEFAULT_SRQ_DEPTH, RDMA_SRQ_DEPTH_RANGE};
 pub use tcp::TcpConfig;
 pub use tls::{PortTls, Treq, Tsas};
 
@@ -609,6 +614,9 @@ pub struct Config {
     /// NVMe/TCP tuning.
     #[serde(default)]
     pub tcp: TcpConfig,
+    /// NVMe/RDMA tuning (rdma and loopback ports).
+    #[serde(default)]
+    pub rdma: RdmaConfig,
     #[serde(default)]
     pub ports: Vec<PortConfig>,
     #[serde(default)]
@@ -627,6 +635,7 @@ impl PartialEq for Config {
     fn eq(&self, other: &Self) -> bool {
         self.transport == other.transport
             && self.tcp == other.tcp
+            && self.rdma == other.rdma
             && self.ports == other.ports
             && self.subsystems == other.subsystems
             && self.hosts == other.hosts
@@ -750,6 +759,7 @@ impl Config {
         let config = Config {
             transport: TransportConfig::default(),
             tcp: TcpConfig::default(),
+            rdma: RdmaConfig::default(),
             ports: vec![PortConfig {
                 portid: 1,
                 trtype,

@@ -936,3 +936,18 @@ fn poll_group_cpus_parse_and_unusable_cpus_are_refused() {
     let e = error_of(&format!("{BASE}transport:\n  cpus: \"1-0\"\n"));
     assert!(e.to_string().contains("runs backwards"), "{e}");
 }
+
+#[test]
+fn rdma_srq_is_on_by_default_and_its_depth_is_checked() {
+    let c = Config::from_yaml_str(BASE, ORIGIN).unwrap();
+    assert!(c.rdma.srq);
+    assert_eq!(c.rdma.srq_depth, RDMA_DEFAULT_SRQ_DEPTH);
+    let c = Config::from_yaml_str(&format!("rdma:\n  srq: false\n{BASE}"), ORIGIN).unwrap();
+    assert!(!c.rdma.srq);
+    let c = Config::from_yaml_str(&format!("rdma:\n  srq_depth: 256\n{BASE}"), ORIGIN).unwrap();
+    assert_eq!((c.rdma.srq, c.rdma.srq_depth), (true, 256));
+    let e = error_of(&format!("rdma:\n  srq_depth: 8\n{BASE}"));
+    assert!(e.to_string().contains("rdma.srq_depth"), "{e}");
+    let e = error_of(&format!("rdma:\n  use_srq: true\n{BASE}"));
+    assert!(e.to_string().contains("use_srq"), "{e}");
+}

@@ -48,6 +48,13 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
     let root = KeyPath::root();
     check_transport(&mut c, config, &root.key("transport"));
     check_tcp(&mut c, config, &root.key("tcp"));
+    check_range(
+        &mut c,
+        &root.key("rdma").key("srq_depth"),
+        config.rdma.srq_depth,
+        super::RDMA_SRQ_DEPTH_RANGE.0,
+        super::RDMA_SRQ_DEPTH_RANGE.1,
+    );
     check_metrics(&mut c, config, &root.key("metrics"));
 
     check_hosts(&mut c, config, &root.key("hosts"));

@@ -16,9 +16,14 @@
 //!   outstanding work request with [`WcStatus::WrFlushError`].
 //! - Receives complete on the receive CQ with the byte count; a SEND with invalidate
 //!   reports the invalidated rkey and makes that region unusable remotely.
+//! - A QP created with a [`SharedReceiveQueue`] (`ibv_create_srq`) has no receive queue
+//!   of its own: a SEND arriving at it consumes the SRQ's oldest posted receive, and
+//!   the receive completion (on the QP's receive CQ) names the QP in `qp_num`. With no
+//!   receive posted the sender sees RNR as for a plain QP. An SRQ's receives belong to
+//!   the SRQ: a QP entering the error state or being destroyed does not flush them.
 //!
 //! Ownership: a [`MemoryRegion`] keeps its [`DmaBuffer`] alive; a [`QueuePair`] keeps
-//! its CQs alive. Dropping a QP disconnects it.
+//! its CQs, and its SRQ if any, alive. Dropping a QP disconnects it.
 
 pub mod buffer;
 #[cfg(any(test, feature = "conformance"))]
@@ -167,6 +172,9 @@ pub enum VerbsError {
     /// No RDMA device is usable for the request (none present, or none on that address).
     #[error("no RDMA device: {0}")]
     NoDevice(String),
+    /// The device cannot do what was asked (e.g. make a shared receive queue).
+    #[error("not supported by the device: {0}")]
+    Unsupported(&'static str),
 }
 
 /// A registered memory region.
@@ -190,6 +198,31 @@ pub trait ProtectionDomain: Send + Sync {
         buf: Arc<DmaBuffer>,
         access: Access,
     ) -> Result<Arc<dyn MemoryRegion>, VerbsError>;
+    /// Creates a shared receive queue in this domain (`ibv_create_srq`). Devices without
+    /// SRQ support fail with [`VerbsError::Unsupported`].
+    fn create_srq(&self, caps: SrqCaps) -> Result<Arc<dyn SharedReceiveQueue>, VerbsError> {
+        let _ = caps;
+        Err(VerbsError::Unsupported("shared receive queues"))
+    }
+}
+
+/// Capacities requested for a shared receive queue (`ibv_srq_attr`; no limit event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqCaps {
+    /// Receives the SRQ holds at most (`max_wr`).
+    pub max_wr: u32,
+    /// SGEs per receive (`max_sge`).
+    pub max_sge: u32,
+}
+
+/// A shared receive queue (`ibv_srq`): receives posted once, consumed by SENDs arriving
+/// at any QP created with it ([`QpInit::srq`]).
+pub trait SharedReceiveQueue: Send + Sync {
+    /// Posts a batch of receives with one doorbell (`ibv_post_srq_recv`). Posting
+    /// beyond `max_wr` outstanding receives fails with [`VerbsError::QueueFull`].
+    fn post_srq_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError>;
+    /// The capacity granted (a device may round `max_wr` up, or clamp it).
+    fn caps(&self) -> SrqCaps;
 }
 
 /// A completion queue. Several QPs may share one.
@@ -240,6 +273,10 @@ pub struct QpInit {
     pub send_cq: Arc<dyn CompletionQueue>,
     pub recv_cq: Arc<dyn CompletionQueue>,
     pub caps: QpCaps,
+    /// Take receives from this SRQ (`ibv_qp_init_attr.srq`) instead of a receive queue
+    /// of the QP's own; `max_recv_wr`/`max_recv_sge` are then ignored and
+    /// [`QueuePair::post_recv`] fails with [`VerbsError::InvalidArgument`].
+    pub srq: Option<Arc<dyn SharedReceiveQueue>>,
 }
 
 /// An incoming connection request (rdma_cm `RDMA_CM_EVENT_CONNECT_REQUEST`).
@@ -303,6 +340,29 @@ pub fn post_recv_slots(
     slots: &[u16],
     wr_id: impl Fn(u16) -> u64,
 ) -> Result<(), VerbsError> {
+    with_slot_wrs(mr, slot_len, slots, wr_id, |wrs| qp.post_recv(wrs))
+}
+
+/// [`post_recv_slots`] for a shared receive queue: one receive per slot of `mr`'s ring,
+/// one doorbell.
+pub fn post_srq_recv_slots(
+    srq: &dyn SharedReceiveQueue,
+    mr: &dyn MemoryRegion,
+    slot_len: usize,
+    slots: &[u16],
+    wr_id: impl Fn(u16) -> u64,
+) -> Result<(), VerbsError> {
+    with_slot_wrs(mr, slot_len, slots, wr_id, |wrs| srq.post_srq_recv(wrs))
+}
+
+/// Builds the receive work requests naming `slots` of `mr`'s ring and hands them to `post`.
+fn with_slot_wrs(
+    mr: &dyn MemoryRegion,
+    slot_len: usize,
+    slots: &[u16],
+    wr_id: impl Fn(u16) -> u64,
+    post: impl FnOnce(&[RecvWr<'_>]) -> Result<(), VerbsError>,
+) -> Result<(), VerbsError> {
     let length =
         u32::try_from(slot_len).map_err(|_| VerbsError::InvalidArgument("slot too large"))?;
     let sges: Vec<Sge> = slots
@@ -321,5 +381,5 @@ pub fn post_recv_slots(
             sg_list: std::slice::from_ref(sge),
         })
         .collect();
-    qp.post_recv(&wrs)
+    post(&wrs)
 }

@@ -185,6 +185,7 @@ impl RdmaHostQueue {
                 max_send_sge: 2,
                 max_recv_sge: 1,
             },
+            srq: None,
         };
         let rmr = rsp_mr.clone();
         let all: Vec<u16> = (0..depth).collect();

@@ -92,7 +92,12 @@ fn unused(k: &SeriesKey, class: usize, c: &ClassSnapshot) -> bool {
 }
 
 /// Counters of [`GroupCounters`](crate::runtime::GroupCounters) that are gauges.
-const GROUP_GAUGES: [&str; 2] = ["queues", "buffers_in_use"];
+const GROUP_GAUGES: [&str; 4] = [
+    "queues",
+    "buffers_in_use",
+    "recv_buffer_bytes",
+    "srq_receives_posted",
+];
 /// Group counters exported in seconds rather than as raw nanoseconds.
 const GROUP_NANOS: [&str; 2] = ["busy_ns", "idle_ns"];
 

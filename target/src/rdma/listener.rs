@@ -2,10 +2,12 @@
 //!
 //! For each rdma_cm connect request: validate the NVMe/RDMA private data (record
 //! format, queue id, host queue sizes) and reject with the NVMe/RDMA status when it is
-//! wrong; otherwise allocate the queue's receive buffers (one capsule per host SQ
-//! entry) and response buffers, register them once, post every receive before the
-//! connection is established, accept with our receive queue size, and hand the queue
-//! to a poll group (admin queues to group 0, I/O queues spread by qid).
+//! wrong; otherwise pick the queue's poll group (admin queues to group 0, I/O queues
+//! spread by qid), allocate its response buffers and, unless the group has a shared
+//! receive queue (then the QP is created on it and the group's receives serve it),
+//! its receive buffers (one capsule per host SQ entry), register them once, post
+//! every receive before the connection is established, accept with our receive queue
+//! size, and hand the queue to the group.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,10 +26,9 @@ use nvmf_common::wire::rdma::{
     reject_status, reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN,
     NVME_RDMA_CM_FMT_1_0,
 };
-use nvmf_common::wire::sqe::SQE_LEN;
 
 use super::poll_group::{GroupHandle, NewQueue};
-use super::{verbs_wr_id, wr_kind};
+use super::{capsule_size, verbs_wr_id, wr_kind};
 use crate::core::QueueCtx;
 use crate::params::PortInfo;
 use crate::target::Target;
@@ -176,24 +177,30 @@ fn build_queue(
     qr: QueueRequest,
 ) -> Result<(), VerbsError> {
     let slots = qr.recv_depth;
-    let capsule_size = SQE_LEN + target.params.in_capsule_data_size as usize;
+    let capsule_size = capsule_size(target);
     let no_resources = reject_data(reject_status::NO_RESOURCES);
     let buffers = (|| {
         let nomem = || VerbsError::Provider("out of memory for queue buffers".into());
-        let recv_buf =
-            Arc::new(DmaBuffer::new(usize::from(slots) * capsule_size).ok_or_else(nomem)?);
-        let resp_buf = Arc::new(DmaBuffer::new(usize::from(slots) * CQE_LEN).ok_or_else(nomem)?);
-        let recv_mr = pd.register(recv_buf.clone(), Access::LOCAL_WRITE)?;
-        let resp_mr = pd.register(resp_buf.clone(), Access::LOCAL_WRITE)?;
         let group = if qr.qid == 0 || groups.len() <= 1 {
             groups.first()
         } else {
             groups.get((usize::from(qr.qid) - 1) % groups.len())
         }
         .ok_or(VerbsError::InvalidArgument("no poll group"))?;
-        Ok((recv_buf, resp_buf, recv_mr, resp_mr, group))
+        let recv = match group.shared.srq {
+            Some(_) => None,
+            None => {
+                let buf =
+                    Arc::new(DmaBuffer::new(usize::from(slots) * capsule_size).ok_or_else(nomem)?);
+                let mr = pd.register(buf.clone(), Access::LOCAL_WRITE)?;
+                Some((buf, mr))
+            }
+        };
+        let resp_buf = Arc::new(DmaBuffer::new(usize::from(slots) * CQE_LEN).ok_or_else(nomem)?);
+        let resp_mr = pd.register(resp_buf.clone(), Access::LOCAL_WRITE)?;
+        Ok((recv, resp_buf, resp_mr, group))
     })();
-    let (recv_buf, resp_buf, recv_mr, resp_mr, group) = match buffers {
+    let (recv, resp_buf, resp_mr, group) = match buffers {
         Ok(b) => b,
         Err(e) => {
             req.reject(&no_resources);
@@ -202,8 +209,9 @@ fn build_queue(
     };
     let init = QpInit {
         pd: pd.clone(),
-        send_cq: group.shared.clone(),
-        recv_cq: group.shared.clone(),
+        send_cq: group.shared.cq.clone(),
+        recv_cq: group.shared.cq.clone(),
+        srq: group.shared.srq.clone(),
         caps: QpCaps {
             max_send_wr: u32::from(slots) * SEND_WRS_PER_SLOT,
             max_recv_wr: u32::from(slots),
@@ -217,10 +225,12 @@ fn build_queue(
         a.set_recfmt(NVME_RDMA_CM_FMT_1_0);
         a.set_crqsize(slots);
     }
-    let (rmr, cap) = (recv_mr.clone(), capsule_size);
+    let rmr = recv.as_ref().map(|(_, mr)| mr.clone());
     let all: Vec<u16> = (0..slots).collect();
     let mut pre_post = move |qp: &dyn QueuePair| -> Result<(), VerbsError> {
-        post_recv_slots(qp, rmr.as_ref(), cap, &all, |i| {
+        // With the group's SRQ the receives are already posted there.
+        let Some(rmr) = &rmr else { return Ok(()) };
+        post_recv_slots(qp, rmr.as_ref(), capsule_size, &all, |i| {
             verbs_wr_id(wr_kind::RECV, i)
         })
     };
@@ -238,8 +248,7 @@ fn build_queue(
         ctx,
         slots,
         capsule_size,
-        recv_buf,
-        recv_mr,
+        recv,
         resp_buf,
         resp_mr,
     });

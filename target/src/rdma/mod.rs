@@ -2,10 +2,13 @@
 //!
 //! - [`listener`]: one thread per port takes rdma_cm connection requests, validates
 //!   the NVMe/RDMA private data (reject with the NVMe/RDMA status otherwise), creates
-//!   the queue's receive and response buffers, posts every receive, accepts, and
-//!   hands the queue to a poll group.
+//!   the queue's response buffers and, when its group has no shared receive queue,
+//!   its receive buffers (posting every receive), accepts, and hands the queue to a
+//!   poll group.
 //! - [`poll_group`]: one thread per group owns its queues, one completion queue and
-//!   one registered data arena ([`pool`]). It drives each command: capsule received →
+//!   one registered data arena ([`pool`]), and, unless the config's `rdma.srq` is off
+//!   or the device cannot, one shared receive queue ([`srq`]) for every queue's
+//!   command capsules. It drives each command: capsule received →
 //!   parse → data by in-capsule offset or RDMA READ → execute (backend I/O) → RDMA
 //!   WRITE of read data chained before the response SEND (with invalidate when the
 //!   host asked) → receive reposted in a batch.
@@ -19,6 +22,7 @@
 pub mod devices;
 pub mod listener;
 pub mod poll_group;
+pub mod srq;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,7 +31,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use tracing::info;
 
-use nvmf_common::verbs::{CompletionQueue, Device, ProtectionDomain, VerbsError};
+use nvmf_common::verbs::{Device, ProtectionDomain, VerbsError};
 
 use crate::params::PortInfo;
 use crate::runtime::{PollGroups, PortError, PortServer};
@@ -39,6 +43,13 @@ pub(crate) mod wr_kind {
     pub const SEND: u8 = 2;
     pub const READ: u8 = 3;
     pub const WRITE: u8 = 4;
+    /// A receive of the group's shared receive queue; the slot field is its buffer.
+    pub const SRQ_RECV: u8 = 5;
+}
+
+/// Bytes of one command capsule receive buffer: the SQE and the in-capsule data.
+pub(crate) fn capsule_size(target: &Target) -> usize {
+    nvmf_common::wire::sqe::SQE_LEN + target.params.in_capsule_data_size as usize
 }
 
 /// Verbs `wr_id` = kind (8 bits) | slot (16); the queue is found by QP number.
@@ -67,7 +78,7 @@ pub fn listen_addr(port: &PortInfo) -> String {
 
 /// A running NVMe/RDMA service: listeners and poll groups. Dropping it stops them.
 pub struct RdmaServer {
-    groups: PollGroups<poll_group::NewQueue, Arc<dyn CompletionQueue>>,
+    groups: PollGroups<poll_group::NewQueue, poll_group::GroupShared>,
     target: Arc<Target>,
     device: Arc<dyn Device>,
     pd: Arc<dyn ProtectionDomain>,

@@ -10,9 +10,14 @@
 //! host asked), and the slot's receive is reposted when the SEND completes. All sends
 //! of a queue queued in one pass are posted with one doorbell, all reposts with one.
 //!
+//! With a shared receive queue ([`super::srq`], the default) capsules arrive in the
+//! group's SRQ buffers instead: a receive completion is routed to its queue by
+//! `qp_num`, takes a free command slot there, and its buffer is reposted to the SRQ
+//! (one doorbell per pass for the whole group) when the slot is recycled.
+//!
 //! A failed work request (or the host's disconnect) ends the queue; its flushed work
 //! requests complete with errors and settle their slots (RDMA transfers settle after
-//! close), then the runtime frees the queue.
+//! close), then the runtime frees the queue, and the SRQ buffers it held are reposted.
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicBool;
@@ -25,12 +30,13 @@ use tracing::{debug, info, warn};
 
 use nvmf_common::verbs::{
     post_recv_slots, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QueuePair,
-    SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    SendOp, SendWr, Sge, SharedReceiveQueue, VerbsError, WcStatus, WorkCompletion,
 };
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sqe::SQE_LEN;
 
-use super::{verbs_wr_id, verbs_wr_id_parts, wr_kind};
+use super::srq::{GroupSrq, SrqSlots};
+use super::{capsule_size, verbs_wr_id, verbs_wr_id_parts, wr_kind};
 use crate::core::{DataDir, QueueCtx};
 use crate::runtime::stats::bump;
 use crate::runtime::{
@@ -58,15 +64,23 @@ pub struct NewQueue {
     pub ctx: QueueCtx,
     pub slots: u16,
     pub capsule_size: usize,
-    pub recv_buf: Arc<DmaBuffer>,
-    pub recv_mr: Arc<dyn MemoryRegion>,
+    /// The queue's own receive buffers (one capsule per slot, all posted); `None` when
+    /// its QP takes receives from the group's SRQ.
+    pub recv: Option<(Arc<DmaBuffer>, Arc<dyn MemoryRegion>)>,
     pub resp_buf: Arc<DmaBuffer>,
     pub resp_mr: Arc<dyn MemoryRegion>,
 }
 
-/// What the listener needs to hand queues to a group (and the group's CQ, which its
-/// QPs are created on).
-pub type GroupHandle = runtime::GroupHandle<NewQueue, Arc<dyn CompletionQueue>>;
+/// What a listener needs from a group to create QPs on it: its CQ, and its SRQ when
+/// it has one.
+#[derive(Clone)]
+pub struct GroupShared {
+    pub cq: Arc<dyn CompletionQueue>,
+    pub srq: Option<Arc<dyn SharedReceiveQueue>>,
+}
+
+/// What the listener needs to hand queues to a group.
+pub type GroupHandle = runtime::GroupHandle<NewQueue, GroupShared>;
 
 /// A send work request waiting for the queue's next doorbell.
 #[derive(Clone, Copy)]
@@ -91,8 +105,12 @@ pub struct RdmaQueue {
     qp: Arc<dyn QueuePair>,
     qp_num: u32,
     capsule_size: usize,
+    /// Where capsules arrive: the queue's own receive buffers, or the group's SRQ
+    /// buffers (then `srq_slots` says which buffer each slot holds).
     recv_buf: Arc<DmaBuffer>,
-    recv_mr: Arc<dyn MemoryRegion>,
+    /// The registration of the queue's own receive buffers (none with an SRQ).
+    recv_mr: Option<Arc<dyn MemoryRegion>>,
+    srq_slots: Option<SrqSlots>,
     resp_buf: Arc<DmaBuffer>,
     resp_mr: Arc<dyn MemoryRegion>,
     reposts: Vec<u16>,
@@ -103,6 +121,12 @@ pub struct RdmaQueue {
 pub struct RdmaTransport {
     index: usize,
     cq: Arc<dyn CompletionQueue>,
+    /// The group's shared receive queue (config `rdma.srq`, when the device has SRQs).
+    srq: Option<GroupSrq>,
+    /// Queues with capsules waiting for a free slot (SRQ only).
+    backlogged: Vec<u16>,
+    /// Bytes of the receive buffers of queues without an SRQ.
+    queue_recv_bytes: usize,
     /// Queue indices with batched work to post.
     dirty: Vec<u16>,
     /// QP number → queue index, to route completions.
@@ -127,9 +151,29 @@ pub fn spawn(
         device.create_cq(u32::from(target.params.max_queue_size) * CQ_ENTRIES_PER_QUEUE_ENTRY)?;
     let pool = BufferPool::new(DEFAULT_ARENA_BYTES, target.params.max_io_size)
         .ok_or(VerbsError::Provider("cannot allocate data arena".into()))?;
+    let rdma = &target.params.rdma;
+    let srq = if rdma.srq {
+        match GroupSrq::new(pd.as_ref(), rdma.srq_depth, capsule_size(&target)) {
+            Ok(s) => {
+                info!(group = index, depth = rdma.srq_depth, bytes = s.bytes(), device = %device.name(),
+                      "shared receive queue posted");
+                Some(s)
+            }
+            Err(e) => {
+                info!(group = index, device = %device.name(),
+                      "no shared receive queue ({e}): receives per queue");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let t = RdmaTransport {
         index,
         cq,
+        srq,
+        backlogged: Vec::new(),
+        queue_recv_bytes: 0,
         dirty: Vec::new(),
         by_qp: crate::fastmap::FastMap::default(),
         orphans: Vec::new(),
@@ -171,7 +215,7 @@ impl Transport for RdmaTransport {
     type Queue = RdmaQueue;
     type Slot = ();
     type NewQueue = NewQueue;
-    type Shared = Arc<dyn CompletionQueue>;
+    type Shared = GroupShared;
     const NAME: &'static str = "NVMe/RDMA";
     const SGL: SglCarrier = SglCarrier::KeyedDataBlock;
     const TRANSFERS_SETTLE_AFTER_CLOSE: bool = true;
@@ -181,19 +225,33 @@ impl Transport for RdmaTransport {
         Some(&q.recv_buf)
     }
 
-    fn shared(&self) -> Arc<dyn CompletionQueue> {
-        self.cq.clone()
+    fn shared(&self) -> GroupShared {
+        GroupShared {
+            cq: self.cq.clone(),
+            srq: self.srq.as_ref().map(|s| s.srq.clone()),
+        }
     }
 
     fn add_queue(&mut self, rt: &mut Runtime<Self>, nq: NewQueue) {
         let qp_num = nq.qp.qp_num();
         let qid = nq.ctx.qid;
+        let (recv_buf, recv_mr, srq_slots) = match (nq.recv, &self.srq) {
+            (Some((buf, mr)), _) => (buf, Some(mr), None),
+            (None, Some(srq)) => (srq.buf.clone(), None, Some(SrqSlots::new(nq.slots))),
+            (None, None) => {
+                warn!(group = self.index, %qid, "queue without receives in a group without an SRQ");
+                nq.qp.disconnect();
+                return;
+            }
+        };
+        let own_recv_bytes = recv_mr.as_ref().map_or(0, |mr| mr.len());
         let q = RdmaQueue {
             qp: nq.qp,
             qp_num,
             capsule_size: nq.capsule_size,
-            recv_buf: nq.recv_buf,
-            recv_mr: nq.recv_mr,
+            recv_buf,
+            recv_mr,
+            srq_slots,
             resp_buf: nq.resp_buf,
             resp_mr: nq.resp_mr,
             reposts: Vec::new(),
@@ -207,11 +265,12 @@ impl Transport for RdmaTransport {
         };
         debug!(group = self.index, %qid, qp = qp_num, slots = nq.slots, "queue added");
         self.by_qp.insert(qp_num, qi);
+        self.queue_recv_bytes += own_recv_bytes;
+        self.publish_recv_gauges(rt);
         if !self.orphans.is_empty() {
-            let now = Instant::now();
+            self.expire_orphans(Instant::now());
             let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.orphans)
                 .into_iter()
-                .filter(|(t, _)| now.duration_since(*t) < ORPHAN_TTL)
                 .partition(|(_, wc)| wc.qp_num == qp_num);
             self.orphans = rest;
             for (_, wc) in mine {
@@ -221,7 +280,7 @@ impl Transport for RdmaTransport {
     }
 
     fn poll(&mut self, rt: &mut Runtime<Self>, _spin: bool) -> usize {
-        self.poll_cq(rt)
+        self.serve_backlogs(rt) + self.poll_cq(rt)
     }
 
     /// Requests a CQ event, then polls once more: a completion that raced with arming
@@ -291,9 +350,20 @@ impl Transport for RdmaTransport {
     }
 
     fn recycle(&mut self, rt: &mut Runtime<Self>, qi: u16, si: u16) {
-        if let Some(q) = rt.queue_mut(qi) {
-            q.t.reposts.push(si);
-            self.mark_dirty(qi);
+        let Some(q) = rt.queue_mut(qi) else { return };
+        match q.t.srq_slots.as_mut() {
+            Some(slots) => {
+                if let (Some(b), Some(srq)) = (slots.release(si), self.srq.as_mut()) {
+                    srq.repost(b);
+                }
+                if slots.has_backlog() && !self.backlogged.contains(&qi) {
+                    self.backlogged.push(qi);
+                }
+            }
+            None => {
+                q.t.reposts.push(si);
+                self.mark_dirty(qi);
+            }
         }
     }
 
@@ -303,8 +373,9 @@ impl Transport for RdmaTransport {
         while let Some(qi) = self.dirty.pop() {
             let Some(q) = rt.queue_mut(qi) else { continue };
             if q.dead {
-                q.t.sends.clear();
                 q.t.reposts.clear();
+                let unposted = std::mem::take(&mut q.t.sends);
+                self.settle_unposted(rt, qi, &unposted);
                 continue;
             }
             let (qp_num, qid) = (q.t.qp_num, q.ctx.qid);
@@ -332,12 +403,31 @@ impl Transport for RdmaTransport {
             }
             if let Some(e) = failed {
                 warn!(%qid, qp = qp_num, "post failed: {e}; closing the queue");
+                let unposted = rt
+                    .queue_mut(qi)
+                    .map(|q| std::mem::take(&mut q.t.sends))
+                    .unwrap_or_default();
                 rt.kill(self, qi, "post failed", false);
+                self.settle_unposted(rt, qi, &unposted);
+            }
+        }
+        // The group's SRQ reposts, after every queue's sends: one doorbell.
+        if let Some(srq) = self.srq.as_mut() {
+            match srq.flush() {
+                Ok(0) => {}
+                Ok(n) => {
+                    bump(&rt.stats.recv_doorbells, 1);
+                    bump(&rt.stats.recv_wrs, n as u64);
+                }
+                // Not a queue's fault: the receives are lost to the group (logged).
+                Err(e) => warn!(group = self.index, "SRQ repost failed: {e}"),
             }
         }
     }
 
-    fn timers(&mut self, rt: &mut Runtime<Self>, _now: Instant) {
+    fn timers(&mut self, rt: &mut Runtime<Self>, now: Instant) {
+        self.expire_orphans(now);
+        self.publish_recv_gauges(rt);
         let gone: Vec<u16> = (0..rt.queue_slots() as u16)
             .filter(|&qi| rt.queue(qi).is_some_and(|q| !q.dead && q.t.qp.is_dead()))
             .collect();
@@ -350,12 +440,23 @@ impl Transport for RdmaTransport {
         let Some(q) = rt.queue_mut(qi) else { return };
         info!(qid = %q.ctx.qid, qp = q.t.qp_num, "queue closed: {why}");
         q.t.qp.disconnect();
-        q.t.sends.clear();
         q.t.reposts.clear();
+        // Sends still queued stay: the queue is dirty, and `flush` settles their slots
+        // (they will never be posted), which lets the runtime free the queue.
+        if !q.t.sends.is_empty() {
+            self.mark_dirty(qi);
+        }
     }
 
     fn freed(&mut self, q: &runtime::Queue<Self>) {
         self.by_qp.remove(&q.t.qp_num);
+        if let (Some(slots), Some(srq)) = (&q.t.srq_slots, self.srq.as_mut()) {
+            for b in slots.held() {
+                srq.repost(b);
+            }
+        }
+        let own = q.t.recv_mr.as_ref().map_or(0, |mr| mr.len());
+        self.queue_recv_bytes = self.queue_recv_bytes.saturating_sub(own);
     }
 }
 
@@ -366,15 +467,97 @@ impl RdmaTransport {
         }
     }
 
+    /// Work requests of an ended queue that were never posted will never complete:
+    /// their slots settle now (else the queue, and the SRQ buffers its slots hold,
+    /// would wait for them forever).
+    fn settle_unposted(&mut self, rt: &mut Runtime<Self>, qi: u16, unposted: &[PendingSend]) {
+        for p in unposted {
+            let (PendingSend::Response { slot, .. } | PendingSend::Read { slot, .. }) = *p;
+            rt.settle(self, qi, slot);
+        }
+    }
+
     fn poll_cq(&mut self, rt: &mut Runtime<Self>) -> usize {
         let n = self.cq.poll(&mut self.wc_buf);
         for i in 0..n {
             let Some(wc) = self.wc_buf.get(i).copied() else {
                 break;
             };
+            if let (Some(srq), (wr_kind::SRQ_RECV, _)) =
+                (self.srq.as_mut(), verbs_wr_id_parts(wc.wr_id))
+            {
+                srq.consumed();
+            }
             self.on_completion(rt, &wc);
         }
         n
+    }
+
+    /// Publishes the bytes of receive buffers registered (the SRQ's and the queues')
+    /// and the receives posted to the SRQ.
+    fn publish_recv_gauges(&self, rt: &Runtime<Self>) {
+        let srq = self.srq.as_ref().map_or(0, GroupSrq::bytes);
+        runtime::stats::set(
+            &rt.stats.recv_buffer_bytes,
+            (srq + self.queue_recv_bytes) as u64,
+        );
+        let posted = self.srq.as_ref().map_or(0, GroupSrq::posted);
+        runtime::stats::set(&rt.stats.srq_receives_posted, posted as u64);
+    }
+
+    /// Drops completions of unknown QPs older than [`ORPHAN_TTL`] (their queues were
+    /// freed), reposting the SRQ buffers they name.
+    fn expire_orphans(&mut self, now: Instant) {
+        let srq = &mut self.srq;
+        self.orphans.retain(|(t, wc)| {
+            let keep = now.duration_since(*t) < ORPHAN_TTL;
+            if !keep {
+                if let (Some(srq), (wr_kind::SRQ_RECV, b)) =
+                    (srq.as_mut(), verbs_wr_id_parts(wc.wr_id))
+                {
+                    srq.repost(b);
+                }
+            }
+            keep
+        });
+    }
+
+    /// Gives capsules waiting in queues' backlogs the slots recycled since; returns
+    /// how many.
+    fn serve_backlogs(&mut self, rt: &mut Runtime<Self>) -> usize {
+        let mut n = 0;
+        while let Some(qi) = self.backlogged.pop() {
+            while let Some(q) = rt.queue_mut(qi) {
+                if q.dead {
+                    break;
+                }
+                let Some((si, _, len)) = q.t.srq_slots.as_mut().and_then(SrqSlots::take_backlog)
+                else {
+                    break;
+                };
+                n += 1;
+                self.on_capsule(rt, qi, si, len);
+            }
+        }
+        n
+    }
+
+    /// A capsule arrived in SRQ buffer `b` for queue `qi`: it takes a free slot (or
+    /// waits for one); a dead queue's buffer goes straight back.
+    fn on_srq_capsule(&mut self, rt: &mut Runtime<Self>, qi: u16, b: u16, byte_len: u32) {
+        let slot = match rt.queue_mut(qi) {
+            Some(q) if !q.dead => q.t.srq_slots.as_mut().map(|s| s.take(b, byte_len)),
+            _ => None,
+        };
+        match slot {
+            Some(Some(si)) => self.on_capsule(rt, qi, si, byte_len),
+            Some(None) => debug!(qid = %rt.qid(qi), buf = b, "capsule waits for a free slot"),
+            None => {
+                if let Some(srq) = self.srq.as_mut() {
+                    srq.repost(b);
+                }
+            }
+        }
     }
 
     fn on_completion(&mut self, rt: &mut Runtime<Self>, wc: &WorkCompletion) {
@@ -383,6 +566,12 @@ impl RdmaTransport {
             self.orphans.push((Instant::now(), *wc));
             return;
         };
+        if kind == wr_kind::SRQ_RECV && (wc.status != WcStatus::Success || rt.queue(qi).is_none()) {
+            // The buffer goes back whatever happens to the queue.
+            if let Some(srq) = self.srq.as_mut() {
+                srq.repost(si);
+            }
+        }
         let Some(q) = rt.queue(qi) else { return };
         let state = q.slots.get(usize::from(si)).map(|s| s.state);
         if wc.status != WcStatus::Success {
@@ -404,6 +593,7 @@ impl RdmaTransport {
         }
         match kind {
             wr_kind::RECV => self.on_capsule(rt, qi, si, wc.byte_len),
+            wr_kind::SRQ_RECV => self.on_srq_capsule(rt, qi, si, wc.byte_len),
             wr_kind::READ if state == Some(ReqState::TransferringHostToController) => {
                 rt.data_ready(self, qi, si)
             }
@@ -424,7 +614,13 @@ impl RdmaTransport {
             rt.kill(self, qi, "short capsule", false);
             return;
         }
-        let base = usize::from(si) * q.t.capsule_size;
+        let base = match &q.t.srq_slots {
+            None => usize::from(si) * q.t.capsule_size,
+            Some(slots) => match slots.buf(si).and_then(|b| self.srq.as_ref()?.offset(b)) {
+                Some(off) => off,
+                None => return,
+            },
+        };
         let mut sqe_bytes = [0u8; SQE_LEN];
         q.t.recv_buf.read_at(base, &mut sqe_bytes);
         let icd = InCapsule::Registered {
@@ -531,14 +727,21 @@ fn post_sends(
     let n = wrs.len();
     let r = q.qp.post_send(&wrs);
     drop(wrs);
-    q.sends.clear();
+    // On failure nothing was posted: the caller settles the entries' slots.
+    if r.is_ok() {
+        q.sends.clear();
+    }
     r.map(|()| n)
 }
 
 fn post_recvs(q: &mut RdmaQueue) -> Result<(), VerbsError> {
+    let Some(mr) = q.recv_mr.as_ref() else {
+        q.reposts.clear();
+        return Ok(());
+    };
     let r = post_recv_slots(
         q.qp.as_ref(),
-        q.recv_mr.as_ref(),
+        mr.as_ref(),
         q.capsule_size,
         &q.reposts,
         |si| verbs_wr_id(wr_kind::RECV, si),

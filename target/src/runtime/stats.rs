@@ -89,6 +89,12 @@ counters! {
     recv_doorbells,
     /// NVMe/RDMA: receives reposted.
     recv_wrs,
+    /// NVMe/RDMA: bytes of command-capsule receive buffers registered (a gauge): the
+    /// group's shared receive queue, or the sum over its queues without one.
+    recv_buffer_bytes,
+    /// NVMe/RDMA: receives posted to the group's shared receive queue (a gauge;
+    /// `rdma.srq_depth` when no capsule is being served and none is lost).
+    srq_receives_posted,
 }
 
 /// Nanoseconds on the monotonic clock (the one [`std::time::Instant`] reads). The data

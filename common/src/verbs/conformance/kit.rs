@@ -9,7 +9,8 @@ pub(super) use std::time::{Duration, Instant};
 
 pub(super) use crate::verbs::{
     Access, CompletionQueue, DmaBuffer, Listener, MemoryRegion, ProtectionDomain, QpCaps, QpInit,
-    QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    QueuePair, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, SrqCaps, VerbsError, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 pub(super) use super::{Fabric, Outcome};
@@ -119,6 +120,7 @@ pub(super) fn qp_init(
         send_cq: Arc::clone(send_cq),
         recv_cq: Arc::clone(recv_cq),
         caps: caps(),
+        srq: None,
     }
 }
 
@@ -195,8 +197,21 @@ pub(super) fn connect(
     pa: &Arc<dyn ProtectionDomain>,
     pb: &Arc<dyn ProtectionDomain>,
 ) -> Result<Pair, String> {
-    let (a_send, a_recv, b_send, b_recv) = (cq(f)?, cq(f)?, cq(f)?, cq(f)?);
-    let b_init = qp_init(pb, &b_send, &b_recv);
+    connect_into(f, pa, pb, cq(f)?, None)
+}
+
+/// [`connect`] whose passive QP completes its receives on `b_recv` and, with `srq`,
+/// takes them from that shared receive queue (of `pb`).
+pub(super) fn connect_into(
+    f: &Fabric,
+    pa: &Arc<dyn ProtectionDomain>,
+    pb: &Arc<dyn ProtectionDomain>,
+    b_recv: Arc<dyn CompletionQueue>,
+    srq: Option<Arc<dyn SharedReceiveQueue>>,
+) -> Result<Pair, String> {
+    let (a_send, a_recv, b_send) = (cq(f)?, cq(f)?, cq(f)?);
+    let mut b_init = qp_init(pb, &b_send, &b_recv);
+    b_init.srq = srq;
     let slot = Arc::new(parking_lot::Mutex::new(None));
     let slot2 = Arc::clone(&slot);
     let Attempt {

@@ -197,6 +197,9 @@ properties![
     send_with_invalidate_revokes_the_rkey needs RemoteInvalidate,
     cq_event_fd_is_armed_one_shot,
     cq_wait_wakes_on_completion,
+    srq_two_qps_share_receives,
+    srq_reposted_receives_are_reused,
+    srq_survives_a_destroyed_qp,
 ];
 
 macro_rules! ensure {
@@ -212,8 +215,10 @@ mod data;
 mod errors;
 mod events;
 mod kit;
+mod srq;
 
 pub use cm::*;
 pub use data::*;
 pub use errors::*;
 pub use events::*;
+pub use srq::*;

@@ -38,6 +38,11 @@ pub struct Limits {
     pub max_qp_wr: u32,
     pub max_sge: u32,
     pub max_cqe: u32,
+    /// Shared receive queues the device can make (0: none), their largest depth and
+    /// SGEs per receive.
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
     /// RDMA READs this device answers per QP (responder resources).
     pub max_qp_rd_atom: u8,
     /// RDMA READs this device may have outstanding per QP (initiator depth).
@@ -89,6 +94,9 @@ impl Context {
                 max_qp_wr: u(attr.max_qp_wr),
                 max_sge: u(attr.max_sge),
                 max_cqe: u(attr.max_cqe),
+                max_srq: u(attr.max_srq),
+                max_srq_wr: u(attr.max_srq_wr),
+                max_srq_sge: u(attr.max_srq_sge),
                 max_qp_rd_atom: clamp_u8(attr.max_qp_rd_atom),
                 max_qp_init_rd_atom: clamp_u8(attr.max_qp_init_rd_atom),
             },

@@ -22,7 +22,9 @@
 //! - **Connections** ([`cm`]): listen, accept with private data (after `pre_post`),
 //!   reject with private data, connect; see that module for the event handling.
 //!
-//! Not here: shared receive queues (the interface has none yet).
+//! - **Shared receive queues** ([`srq`]): `ibv_create_srq` on a PD (refused with
+//!   [`VerbsError::Unsupported`] when the device reports no SRQs); QPs created with one
+//!   (`ibv_qp_init_attr.srq` through `rdma_create_qp`) hold it.
 
 mod cm;
 mod convert;
@@ -32,6 +34,7 @@ mod event;
 mod pd;
 mod qp;
 mod registry;
+mod srq;
 #[cfg(test)]
 mod tests;
 

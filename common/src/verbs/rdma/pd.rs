@@ -71,6 +71,16 @@ impl ProtectionDomain for RdmaPd {
         ))?;
         Ok(RdmaMr::register(&pd, buf, access)?)
     }
+
+    fn create_srq(
+        &self,
+        caps: crate::verbs::SrqCaps,
+    ) -> Result<Arc<dyn crate::verbs::SharedReceiveQueue>, VerbsError> {
+        let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
+            "protection domain is being dropped",
+        ))?;
+        Ok(super::srq::RdmaSrq::new(&pd, caps)?)
+    }
 }
 
 pub(super) struct RdmaMr {

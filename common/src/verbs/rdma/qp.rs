@@ -32,11 +32,12 @@ use super::cq::{RdmaCq, CQS};
 use super::device::DevShared;
 use super::event::CmId;
 use super::pd::{RdmaPd, PDS};
+use super::srq::{RdmaSrq, SRQS};
 use crate::verbs::{ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendWr, VerbsError};
 
 /// Scratch for building work-request chains (raw pointers into itself while posting).
 #[derive(Default)]
-struct Scratch {
+pub(super) struct Scratch {
     send: Vec<ibv_send_wr>,
     recv: Vec<ibv_recv_wr>,
     sges: Vec<ibv_sge>,
@@ -65,6 +66,8 @@ pub(super) struct RdmaQp {
     /// Serialises reading the id's events.
     events: Mutex<()>,
     scratch: Mutex<Scratch>,
+    /// The SRQ the QP takes its receives from, kept alive while the QP lives.
+    srq: Option<Arc<RdmaSrq>>,
     /// When the device was last asked for the QP's state (`is_dead` callers may poll
     /// it on every wait; the query is a verbs command, so it is rate-limited).
     state_checked: Mutex<Option<Instant>>,
@@ -82,17 +85,24 @@ impl RdmaQp {
             Ok(p) => p,
             Err(e) => return Err((e, id)),
         };
-        let (pd, send_cq, recv_cq) = parts;
-        let caps = clamp_caps(init.caps, dev.ctx.limits.max_qp_wr, dev.ctx.limits.max_sge);
+        let (pd, send_cq, recv_cq, srq) = parts;
+        let mut caps = clamp_caps(init.caps, dev.ctx.limits.max_qp_wr, dev.ctx.limits.max_sge);
+        // CQ room is reserved for `max_recv_wr` receive completions even with an SRQ:
+        // the SRQ's receives may complete for any of its QPs, on any of their CQs.
         let reserved = match reserve_cqs(&send_cq, &recv_cq, caps) {
             Ok(r) => r,
             Err(e) => return Err((e, id)),
         };
+        if srq.is_some() {
+            // Receives come from the SRQ: the QP has no receive queue of its own.
+            caps.max_recv_wr = 0;
+            caps.max_recv_sge = 0;
+        }
         let mut attr = ibv_qp_init_attr {
             qp_context: std::ptr::null_mut(),
             send_cq: send_cq.raw,
             recv_cq: recv_cq.raw,
-            srq: std::ptr::null_mut(),
+            srq: srq.as_ref().map_or(std::ptr::null_mut(), |s| s.raw),
             cap: ibv_qp_cap {
                 max_send_wr: caps.max_send_wr,
                 max_recv_wr: caps.max_recv_wr,
@@ -103,7 +113,8 @@ impl RdmaQp {
             qp_type: ibv_qp_type::IBV_QPT_RC,
             sq_sig_all: 0,
         };
-        // SAFETY: the id, PD and CQs are live and of one context; `attr` is valid.
+        // SAFETY: the id, PD, CQs and SRQ (if any) are live and of one context; `attr`
+        // is valid.
         if unsafe { rdma_create_qp(id.raw, pd.raw, &mut attr) } != 0 {
             let e = super::event::os_error(&format!(
                 "rdma_create_qp(send {} / recv {} WRs)",
@@ -126,6 +137,7 @@ impl RdmaQp {
             disconnected: AtomicBool::new(false),
             events: Mutex::new(()),
             scratch: Mutex::new(Scratch::default()),
+            srq,
             state_checked: Mutex::new(None),
         }))
     }
@@ -136,7 +148,7 @@ impl RdmaQp {
         dev: &Arc<DevShared>,
         id: &CmId,
         init: &QpInit,
-    ) -> Result<(Arc<RdmaPd>, Arc<RdmaCq>, Arc<RdmaCq>), VerbsError> {
+    ) -> Result<(Arc<RdmaPd>, Arc<RdmaCq>, Arc<RdmaCq>, Option<Arc<RdmaSrq>>), VerbsError> {
         let pd = PDS.find(&init.pd).ok_or(VerbsError::InvalidArgument(
             "protection domain of another provider",
         ))?;
@@ -146,7 +158,19 @@ impl RdmaQp {
         let recv_cq = CQS.find(&init.recv_cq).ok_or(VerbsError::InvalidArgument(
             "receive CQ of another provider",
         ))?;
+        let srq = match &init.srq {
+            None => None,
+            Some(s) => Some(
+                SRQS.find(s)
+                    .ok_or(VerbsError::InvalidArgument("SRQ of another provider"))?,
+            ),
+        };
         let ctx = dev.ctx.raw;
+        if srq.as_ref().is_some_and(|s| s.pd.dev.ctx.raw != ctx) {
+            return Err(VerbsError::InvalidArgument(
+                "SRQ and connection are on different RDMA devices",
+            ));
+        }
         if pd.dev.ctx.raw != ctx
             || send_cq.ctx_raw() != ctx
             || recv_cq.ctx_raw() != ctx
@@ -156,7 +180,7 @@ impl RdmaQp {
                 "protection domain, CQs and connection are on different RDMA devices",
             ));
         }
-        Ok((pd, send_cq, recv_cq))
+        Ok((pd, send_cq, recv_cq, srq))
     }
 
     /// The rdma_cm id of the connection.
@@ -278,6 +302,59 @@ fn post_error(rc: i32, queue: &'static str) -> VerbsError {
     }
 }
 
+/// Builds `wrs` into an `ibv_recv_wr` chain in `s` and hands its head to `post`
+/// (`ibv_post_recv` or `ibv_post_srq_recv`), with one doorbell.
+pub(super) fn post_recv_chain(
+    s: &mut Scratch,
+    wrs: &[RecvWr<'_>],
+    queue: &'static str,
+    post: impl FnOnce(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> i32,
+) -> Result<(), VerbsError> {
+    if wrs.is_empty() {
+        return Ok(());
+    }
+    s.sges.clear();
+    s.recv.clear();
+    for wr in wrs {
+        s.sges.extend(wr.sg_list.iter().map(|g| ibv_sge {
+            addr: g.addr,
+            length: g.length,
+            lkey: g.lkey,
+        }));
+    }
+    let mut first_sge = 0usize;
+    for wr in wrs {
+        let n = wr.sg_list.len();
+        let num_sge = i32::try_from(n).map_err(|_| VerbsError::InvalidArgument("too many SGEs"))?;
+        s.recv.push(ibv_recv_wr {
+            wr_id: wr.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: if n == 0 {
+                std::ptr::null_mut()
+            } else {
+                // In bounds: `first_sge + n <= s.sges.len()` by construction.
+                s.sges[first_sge..].as_mut_ptr()
+            },
+            num_sge,
+        });
+        first_sge += n;
+    }
+    let base = s.recv.as_mut_ptr();
+    let count = s.recv.len();
+    for i in 0..count.saturating_sub(1) {
+        // SAFETY: `i + 1 < count`: both elements exist and the vector no longer grows.
+        unsafe { (*base.add(i)).next = base.add(i + 1) };
+    }
+    let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+    let rc = post(base, &mut bad);
+    s.recv.clear();
+    s.sges.clear();
+    if rc != 0 {
+        return Err(post_error(rc, queue));
+    }
+    Ok(())
+}
+
 impl Drop for RdmaQp {
     fn drop(&mut self) {
         self.disconnect_once();
@@ -367,56 +444,21 @@ impl QueuePair for RdmaQp {
     }
 
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        if self.srq.is_some() {
+            return Err(VerbsError::InvalidArgument(
+                "the queue pair takes its receives from an SRQ",
+            ));
+        }
         if self.dead.load(Ordering::Acquire) {
             return Err(VerbsError::QpError);
         }
-        if wrs.is_empty() {
-            return Ok(());
-        }
         let mut guard = self.scratch.lock();
-        let s = &mut *guard;
-        s.sges.clear();
-        s.recv.clear();
-        for wr in wrs {
-            s.sges.extend(wr.sg_list.iter().map(|g| ibv_sge {
-                addr: g.addr,
-                length: g.length,
-                lkey: g.lkey,
-            }));
-        }
-        let mut first_sge = 0usize;
-        for wr in wrs {
-            let n = wr.sg_list.len();
-            let num_sge =
-                i32::try_from(n).map_err(|_| VerbsError::InvalidArgument("too many SGEs"))?;
-            s.recv.push(ibv_recv_wr {
-                wr_id: wr.wr_id,
-                next: std::ptr::null_mut(),
-                sg_list: if n == 0 {
-                    std::ptr::null_mut()
-                } else {
-                    s.sges[first_sge..].as_mut_ptr()
-                },
-                num_sge,
-            });
-            first_sge += n;
-        }
-        let base = s.recv.as_mut_ptr();
-        let count = s.recv.len();
-        for i in 0..count.saturating_sub(1) {
-            // SAFETY: `i + 1 < count`: both elements exist and the vector no longer grows.
-            unsafe { (*base.add(i)).next = base.add(i + 1) };
-        }
-        let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: a well-formed chain of `count` receive WRs whose SGEs live in
-        // `s.sges` until the call returns; the QP is live.
-        let rc = unsafe { ibv_post_recv(self.raw_qp(), base, &mut bad) };
-        s.recv.clear();
-        s.sges.clear();
-        if rc != 0 {
-            return Err(post_error(rc, "receive queue"));
-        }
-        Ok(())
+        let qp = self.raw_qp();
+        post_recv_chain(&mut guard, wrs, "receive queue", |chain, bad| {
+            // SAFETY: `chain` is a well-formed chain of receive WRs whose SGEs live
+            // until the call returns (see `post_recv_chain`); the QP is live.
+            unsafe { ibv_post_recv(qp, chain, bad) }
+        })
     }
 
     fn disconnect(&self) {

@@ -30,8 +30,9 @@ const PREALLOC_CQE: usize = 1 << 16;
 /// Work-queue slots a QP got back. As on hardware, a slot is reusable once the
 /// completion of its work request, or of a later one on the same queue, was polled.
 /// The QP counts what it posted (under its own lock); these count what was released,
-/// each written only by pollers of the one CQ that queue completes on (under that CQ's
-/// lock), so both sides use plain loads and stores.
+/// by pollers of the CQ that queue completes on (under that CQ's lock). A shared
+/// receive queue's completions may go to several CQs (one per attached QP's receive
+/// CQ), so releases are atomic adds.
 #[derive(Default)]
 pub(super) struct Credits {
     pub(super) sq_released: AtomicU32,
@@ -77,11 +78,8 @@ impl Inner {
         } else {
             &a.credits.rq_released
         };
-        // Single writer (this CQ's lock holder), so no read-modify-write is needed.
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(r.slots),
-            Ordering::Release,
-        );
+        // Atomic: an SRQ's credits are released by the pollers of several CQs.
+        counter.fetch_add(r.slots, Ordering::Release);
         a.pending = a.pending.saturating_sub(1);
         if !a.live && a.pending == 0 {
             *slot = None;

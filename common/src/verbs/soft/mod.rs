@@ -54,14 +54,22 @@
 //!   request dropped unanswered, or pending when its listener is dropped, is refused
 //!   ([`VerbsError::ConnectionRefused`]). Disconnecting or dropping either QP moves both
 //!   to the error state and flushes their posted receives.
+//! - **Shared receive queues** (`srq.rs`): a QP created with an SRQ takes each arriving
+//!   SEND's receive from the SRQ's ring (oldest first, whichever QP it came for); the
+//!   completion names the QP. Its receives are never flushed by a QP's error state.
 
 mod cm;
 mod counters;
 mod cq;
 mod mr;
 mod qp;
+mod srq;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_conformance;
+#[cfg(test)]
+mod tests_threads;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -94,10 +102,13 @@ struct DevShared {
     listeners: Mutex<HashMap<String, Arc<cm::ListenerShared>>>,
     cqs: Registry<cq::SoftCq>,
     pds: Registry<mr::SoftPd>,
+    srqs: Registry<srq::SoftSrq>,
     next_qpn: AtomicU32,
     /// Sequence number behind memory keys (see `mr.rs`).
     key_seq: AtomicU32,
     rnr_timeout_ns: AtomicU64,
+    /// False: `create_srq` fails as on a device reporting `max_srq` 0.
+    srq_supported: std::sync::atomic::AtomicBool,
     random: RandomState,
 }
 
@@ -170,9 +181,11 @@ impl SoftDevice {
                 listeners: Mutex::new(HashMap::new()),
                 cqs: Registry::new(),
                 pds: Registry::new(),
+                srqs: Registry::new(),
                 next_qpn: AtomicU32::new(1),
                 key_seq: AtomicU32::new(seed),
                 rnr_timeout_ns: AtomicU64::new(DEFAULT_RNR_TIMEOUT.as_nanos() as u64),
+                srq_supported: std::sync::atomic::AtomicBool::new(true),
                 random,
             }),
         })
@@ -198,6 +211,15 @@ impl SoftDevice {
     /// The current RNR timeout.
     pub fn rnr_timeout(&self) -> Duration {
         self.shared.rnr_timeout()
+    }
+
+    /// Whether shared receive queues can be created from now on (default true). False
+    /// makes the device behave like one reporting `max_srq` 0: `create_srq` fails with
+    /// [`VerbsError::Unsupported`], so callers' fallbacks can be tested.
+    pub fn set_srq_supported(&self, supported: bool) {
+        self.shared
+            .srq_supported
+            .store(supported, Ordering::Relaxed);
     }
 }
 

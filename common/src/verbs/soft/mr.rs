@@ -145,12 +145,15 @@ impl KeyCache {
 pub(super) struct SoftPd {
     dev: Arc<DevShared>,
     shared: Arc<PdShared>,
+    /// Itself, so shared receive queues can hold the PD.
+    me: std::sync::Weak<SoftPd>,
 }
 
 impl SoftPd {
     pub(super) fn new(dev: &Arc<DevShared>) -> Arc<SoftPd> {
         let salt = dev.random_u32() & INDEX_MASK;
-        let pd = Arc::new(SoftPd {
+        let pd = Arc::new_cyclic(|me| SoftPd {
+            me: me.clone(),
             dev: Arc::clone(dev),
             shared: Arc::new(PdShared {
                 table: RwLock::new(KeyTable {
@@ -255,6 +258,16 @@ impl Drop for SoftPd {
 }
 
 impl ProtectionDomain for SoftPd {
+    fn create_srq(
+        &self,
+        caps: crate::verbs::SrqCaps,
+    ) -> Result<Arc<dyn crate::verbs::SharedReceiveQueue>, VerbsError> {
+        let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
+            "protection domain is being dropped",
+        ))?;
+        Ok(super::srq::SoftSrq::new(&self.dev, pd, caps)?)
+    }
+
     fn register(
         &self,
         buf: Arc<DmaBuffer>,

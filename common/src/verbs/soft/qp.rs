@@ -16,16 +16,17 @@ use parking_lot::{Mutex, MutexGuard};
 use super::counters::bump;
 use super::cq::{Cqe, Credits, Release, SoftCq};
 use super::mr::{KeyCache, Seg, SoftPd};
+use super::srq::SoftSrq;
 use super::DevShared;
 use crate::verbs::{
     Access, ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError,
     WcOpcode, WcStatus, WorkCompletion,
 };
 
-/// Largest send or receive queue a QP may ask for.
-const MAX_WR: u32 = 1 << 16;
+/// Largest send or receive queue a QP (or SRQ) may ask for.
+pub(super) const MAX_WR: u32 = 1 << 16;
 /// Most SGEs a work request may carry.
-const MAX_SGE: u32 = 32;
+pub(super) const MAX_SGE: u32 = 32;
 
 const EMPTY_SGE: Sge = Sge {
     addr: 0,
@@ -35,7 +36,7 @@ const EMPTY_SGE: Sge = Sge {
 
 /// Posted receives, in a ring preallocated for `max_recv_wr` requests of
 /// `max_recv_sge` SGEs each, so posting never allocates.
-struct RecvRing {
+pub(super) struct RecvRing {
     wr_ids: Box<[u64]>,
     nsge: Box<[usize]>,
     sges: Box<[Sge]>,
@@ -43,11 +44,11 @@ struct RecvRing {
     head: usize,
     len: usize,
     /// Receives ever posted (wrapping); minus the released count: slots in use.
-    posted: u32,
+    pub(super) posted: u32,
 }
 
 impl RecvRing {
-    fn new(cap: usize, per: usize) -> Self {
+    pub(super) fn new(cap: usize, per: usize) -> Self {
         RecvRing {
             wr_ids: vec![0; cap].into_boxed_slice(),
             nsge: vec![0; cap].into_boxed_slice(),
@@ -61,7 +62,7 @@ impl RecvRing {
 
     /// Appends a receive. The caller has checked `len < capacity` (through the RQ
     /// credits, which never undercount the ring) and `sgl.len() <= per`.
-    fn push(&mut self, wr_id: u64, sgl: &[Sge]) -> bool {
+    pub(super) fn push(&mut self, wr_id: u64, sgl: &[Sge]) -> bool {
         let cap = self.wr_ids.len();
         if self.len >= cap || sgl.len() > self.per {
             return false;
@@ -141,7 +142,9 @@ pub(super) struct SoftQp {
     send_attach: u32,
     recv_attach: u32,
     sq: Mutex<SqState>,
+    /// The QP's own receive queue; empty (capacity 0) when it takes receives from `srq`.
     rq: Mutex<RecvRing>,
+    srq: Option<Arc<SoftSrq>>,
 }
 
 /// Creates an unconnected QP from objects of `dev`.
@@ -152,7 +155,26 @@ pub(super) fn create(dev: &Arc<DevShared>, init: QpInit) -> Result<Arc<SoftQp>, 
     let not_ours = VerbsError::InvalidArgument("CQ was not created by this soft device");
     let send_cq = dev.cqs.find(&init.send_cq).ok_or(not_ours.clone())?;
     let recv_cq = dev.cqs.find(&init.recv_cq).ok_or(not_ours)?;
-    let caps = init.caps;
+    let srq = match &init.srq {
+        None => None,
+        Some(s) => {
+            let srq = dev.srqs.find(s).ok_or(VerbsError::InvalidArgument(
+                "SRQ was not created by this soft device",
+            ))?;
+            if !Arc::ptr_eq(&srq.pd, &pd) {
+                return Err(VerbsError::InvalidArgument(
+                    "SRQ and QP are in different protection domains",
+                ));
+            }
+            Some(srq)
+        }
+    };
+    let mut caps = init.caps;
+    if srq.is_some() {
+        // No receive queue of its own (ibverbs ignores these with an SRQ).
+        caps.max_recv_wr = 0;
+        caps.max_recv_sge = 0;
+    }
     if caps.max_send_wr > MAX_WR || caps.max_recv_wr > MAX_WR {
         return Err(VerbsError::InvalidArgument(
             "max_send_wr/max_recv_wr above 65536",
@@ -166,10 +188,11 @@ pub(super) fn create(dev: &Arc<DevShared>, init: QpInit) -> Result<Arc<SoftQp>, 
     let num = dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
     let credits = Arc::new(Credits::default());
     let send_attach = send_cq.attach(&credits);
-    let recv_attach = if Arc::ptr_eq(&send_cq, &recv_cq) {
-        send_attach
-    } else {
-        recv_cq.attach(&credits)
+    let recv_attach = match &srq {
+        // Receive completions give their slots back to the SRQ.
+        Some(srq) => recv_cq.attach(&srq.credits),
+        None if Arc::ptr_eq(&send_cq, &recv_cq) => send_attach,
+        None => recv_cq.attach(&credits),
     };
     Ok(Arc::new(SoftQp {
         num,
@@ -195,6 +218,7 @@ pub(super) fn create(dev: &Arc<DevShared>, init: QpInit) -> Result<Arc<SoftQp>, 
             caps.max_recv_wr as usize,
             caps.max_recv_sge as usize,
         )),
+        srq,
     }))
 }
 
@@ -314,6 +338,14 @@ impl SoftQp {
         self.dead.load(Ordering::Acquire)
     }
 
+    /// Where SENDs arriving at this QP find their receives: its SRQ's ring or its own.
+    fn recv_ring(&self) -> &Mutex<RecvRing> {
+        match &self.srq {
+            Some(srq) => &srq.ring,
+            None => &self.rq,
+        }
+    }
+
     /// Validates the local SGEs of a work request into `out`; returns the total length.
     fn gather(
         &self,
@@ -411,7 +443,7 @@ impl SoftQp {
     fn wait_for_recv(&self, sender: &SoftQp) -> Result<MutexGuard<'_, RecvRing>, WcStatus> {
         let mut deadline: Option<Option<Instant>> = None;
         loop {
-            let rq = self.rq.lock();
+            let rq = self.recv_ring().lock();
             if self.is_dead_now() {
                 return Err(WcStatus::RetryExceeded);
             }
@@ -572,6 +604,11 @@ impl QueuePair for SoftQp {
     }
 
     fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), VerbsError> {
+        if self.srq.is_some() {
+            return Err(VerbsError::InvalidArgument(
+                "the queue pair takes its receives from an SRQ",
+            ));
+        }
         let shard = self.dev.counters.shard();
         bump(&shard.post_recv_calls, 1);
         let max_sge = self.caps.max_recv_sge as usize;
@@ -624,7 +661,7 @@ impl Drop for SoftQp {
     fn drop(&mut self) {
         self.disconnect();
         self.send_cq.detach(self.send_attach);
-        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+        if self.recv_attach != self.send_attach || !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
             self.recv_cq.detach(self.recv_attach);
         }
     }

@@ -8,7 +8,7 @@ use crate::verbs::{
     WorkCompletion,
 };
 
-const T: Duration = Duration::from_secs(5);
+pub(super) const T: Duration = Duration::from_secs(5);
 
 fn caps() -> QpCaps {
     QpCaps {
@@ -19,16 +19,16 @@ fn caps() -> QpCaps {
     }
 }
 
-struct End {
-    pd: Arc<dyn ProtectionDomain>,
-    cq: Arc<dyn CompletionQueue>,
-    qp: Arc<dyn QueuePair>,
+pub(super) struct End {
+    pub(super) pd: Arc<dyn ProtectionDomain>,
+    pub(super) cq: Arc<dyn CompletionQueue>,
+    pub(super) qp: Arc<dyn QueuePair>,
 }
 
 /// `a` is the active (connecting) side, `b` the passive (accepting) side.
-struct Pair {
-    a: End,
-    b: End,
+pub(super) struct Pair {
+    pub(super) a: End,
+    pub(super) b: End,
 }
 
 fn init(pd: &Arc<dyn ProtectionDomain>, cq: &Arc<dyn CompletionQueue>) -> QpInit {
@@ -37,10 +37,11 @@ fn init(pd: &Arc<dyn ProtectionDomain>, cq: &Arc<dyn CompletionQueue>) -> QpInit
         send_cq: Arc::clone(cq),
         recv_cq: Arc::clone(cq),
         caps: caps(),
+        srq: None,
     }
 }
 
-fn connect_pair(dev: &Arc<SoftDevice>, addr: &str) -> Pair {
+pub(super) fn connect_pair(dev: &Arc<SoftDevice>, addr: &str) -> Pair {
     let listener = dev.listen(addr).unwrap();
     let dev2 = Arc::clone(dev);
     let server = thread::spawn(move || {
@@ -68,11 +69,15 @@ fn buf(len: usize) -> Arc<DmaBuffer> {
     Arc::new(DmaBuffer::new(len).unwrap())
 }
 
-fn reg(pd: &Arc<dyn ProtectionDomain>, len: usize, access: Access) -> Arc<dyn MemoryRegion> {
+pub(super) fn reg(
+    pd: &Arc<dyn ProtectionDomain>,
+    len: usize,
+    access: Access,
+) -> Arc<dyn MemoryRegion> {
     pd.register(buf(len), access).unwrap()
 }
 
-fn sge(mr: &Arc<dyn MemoryRegion>, off: u64, len: u32) -> Sge {
+pub(super) fn sge(mr: &Arc<dyn MemoryRegion>, off: u64, len: u32) -> Sge {
     Sge {
         addr: mr.addr() + off,
         length: len,
@@ -80,7 +85,7 @@ fn sge(mr: &Arc<dyn MemoryRegion>, off: u64, len: u32) -> Sge {
     }
 }
 
-fn send(wr_id: u64, sgl: &[Sge]) -> SendWr<'_> {
+pub(super) fn send(wr_id: u64, sgl: &[Sge]) -> SendWr<'_> {
     SendWr {
         wr_id,
         op: SendOp::Send,
@@ -89,7 +94,7 @@ fn send(wr_id: u64, sgl: &[Sge]) -> SendWr<'_> {
     }
 }
 
-fn recv(qp: &Arc<dyn QueuePair>, wr_id: u64, sgl: &[Sge]) {
+pub(super) fn recv(qp: &Arc<dyn QueuePair>, wr_id: u64, sgl: &[Sge]) {
     qp.post_recv(&[RecvWr {
         wr_id,
         sg_list: sgl,
@@ -833,66 +838,6 @@ fn counters_count_doorbells_wrs_and_completions() {
 }
 
 #[test]
-fn cross_thread_post_and_poll() {
-    const N: u64 = 20_000;
-    let dev = SoftDevice::new();
-    dev.set_rnr_timeout(T);
-    let p = connect_pair(&dev, "xthread");
-    let dst = reg(&p.b.pd, 16 * 64, Access::LOCAL_WRITE);
-    for i in 0..16u64 {
-        recv(&p.b.qp, i, &[sge(&dst, i * 64, 64)]);
-    }
-    let src = reg(&p.a.pd, 16 * 64, Access::empty());
-    let a_qp = Arc::clone(&p.a.qp);
-    let a_cq = Arc::clone(&p.a.cq);
-    let sender = thread::spawn(move || {
-        let mut out = [WorkCompletion::EMPTY; 16];
-        let mut completed = 0u64;
-        for seq in 0..N {
-            let slot = seq % 16;
-            let off = (slot * 64) as usize;
-            assert!(src.buffer().write_at(off, &seq.to_le_bytes()));
-            let sgl = [sge(&src, slot * 64, 8)];
-            loop {
-                match a_qp.post_send(&[send(seq, &sgl)]) {
-                    Ok(()) => break,
-                    Err(VerbsError::QueueFull(_)) => {
-                        completed += a_cq.poll(&mut out) as u64;
-                    }
-                    Err(e) => panic!("post_send: {e}"),
-                }
-            }
-            completed += a_cq.poll(&mut out) as u64;
-            assert!(out.iter().all(|w| w.status == WcStatus::Success));
-        }
-        while completed < N {
-            completed += a_cq.poll(&mut out) as u64;
-        }
-    });
-    let mut out = [WorkCompletion::EMPTY; 16];
-    let mut next = 0u64;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while next < N {
-        assert!(Instant::now() < deadline);
-        let n = p.b.cq.poll(&mut out);
-        for w in &out[..n] {
-            assert_eq!(w.status, WcStatus::Success);
-            assert_eq!(w.byte_len, 8);
-            assert_eq!(w.qp_num, p.b.qp.qp_num());
-            let mut v = [0u8; 8];
-            assert!(dst.buffer().read_at((w.wr_id * 64) as usize, &mut v));
-            assert_eq!(u64::from_le_bytes(v), next, "in order, intact");
-            next += 1;
-            recv(&p.b.qp, w.wr_id, &[sge(&dst, w.wr_id * 64, 64)]);
-        }
-    }
-    sender.join().unwrap();
-    let c = dev.counters();
-    assert!(c.send_wrs >= N && c.completions >= 2 * N);
-    assert!(!p.a.qp.is_dead() && !p.b.qp.is_dead());
-}
-
-#[test]
 fn global_is_one_instance() {
     let a = SoftDevice::global();
     let b = SoftDevice::global();
@@ -990,150 +935,5 @@ fn cq_attachments_are_reclaimed() {
             [wc(round, WcStatus::WrFlushError, WcOpcode::Recv, 0, qpn)]
         );
         assert_eq!(soft_cq.attachments(), 0);
-    }
-}
-
-#[test]
-fn bidirectional_traffic_does_not_deadlock() {
-    const N: u64 = 5_000;
-    let dev = SoftDevice::new();
-    dev.set_rnr_timeout(T);
-    let p = connect_pair(&dev, "bidi");
-    let run = |end: End| {
-        thread::spawn(move || {
-            let rx = reg(&end.pd, 16 * 64, Access::LOCAL_WRITE);
-            let tx = reg(&end.pd, 64, Access::empty());
-            for i in 0..16u64 {
-                recv(&end.qp, i, &[sge(&rx, i * 64, 64)]);
-            }
-            // Both sides have their receives up before either sends.
-            (end, rx, tx)
-        })
-    };
-    let (a, b) = (run(p.a).join().unwrap(), run(p.b).join().unwrap());
-    let worker = |(end, rx, tx): (End, Arc<dyn MemoryRegion>, Arc<dyn MemoryRegion>)| {
-        thread::spawn(move || {
-            let mut out = [WorkCompletion::EMPTY; 16];
-            let (mut sent, mut send_done, mut received) = (0u64, 0u64, 0u64);
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while send_done < N || received < N {
-                assert!(Instant::now() < deadline, "stuck");
-                if sent < N && sent - send_done < 8 {
-                    end.qp.post_send(&[send(sent, &[sge(&tx, 0, 8)])]).unwrap();
-                    sent += 1;
-                }
-                let n = end.cq.poll(&mut out);
-                for w in &out[..n] {
-                    assert_eq!(w.status, WcStatus::Success);
-                    match w.opcode {
-                        WcOpcode::Send => send_done += 1,
-                        WcOpcode::Recv => {
-                            received += 1;
-                            recv(&end.qp, w.wr_id, &[sge(&rx, w.wr_id * 64, 64)]);
-                        }
-                        other => panic!("unexpected {other:?}"),
-                    }
-                }
-            }
-            end
-        })
-    };
-    let (ta, tb) = (worker(a), worker(b));
-    let (a, b) = (ta.join().unwrap(), tb.join().unwrap());
-    assert!(!a.qp.is_dead() && !b.qp.is_dead());
-}
-
-/// The provider-neutral properties (`verbs::conformance`), each run as its own test on a
-/// fresh soft fabric. The rdma-sys provider runs the same functions in the interop lab.
-mod conformance {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::time::Duration;
-
-    use super::{SoftDevice, T};
-    use crate::verbs::conformance::{self, Fabric, Verdict, PROPERTIES};
-
-    /// A fresh fabric. The RNR timeout is long: conformance properties always post
-    /// receives in time, except the one that checks the retry waits for a late one.
-    fn soft_fabric() -> Fabric {
-        let dev = SoftDevice::new();
-        dev.set_rnr_timeout(T);
-        let n = AtomicU32::new(0);
-        Fabric::new(dev, move || {
-            format!("conformance-{}", n.fetch_add(1, Ordering::Relaxed))
-        })
-        .with_timeout(T)
-        // Work completes synchronously in the posting thread: nothing comes late.
-        .with_grace(Duration::ZERO)
-    }
-
-    fn check(name: &str) {
-        let p = conformance::property(name).expect("a conformance property");
-        assert_eq!(conformance::run(&soft_fabric(), p), Verdict::Pass, "{name}");
-    }
-
-    macro_rules! soft_conformance {
-        ($($name:ident),* $(,)?) => {
-            $(
-                #[test]
-                fn $name() {
-                    check(stringify!($name));
-                }
-            )*
-            const TESTED: &[&str] = &[$(stringify!($name)),*];
-        };
-    }
-
-    soft_conformance![
-        cm_accept_exchanges_private_data,
-        cm_reject_returns_private_data,
-        cm_failed_accept_rejects_with_reject_data,
-        cm_dropped_request_is_refused,
-        cm_connect_without_listener_fails,
-        registration_keys_and_rights,
-        send_recv_delivers_bytes_and_byte_len,
-        rdma_write_lands_bytes,
-        rdma_read_lands_bytes,
-        rc_orders_unsignaled_write_before_send,
-        rnr_retry_delivers_to_a_late_receive,
-        wrong_rkey_is_remote_access_error,
-        out_of_bounds_write_is_remote_access_error,
-        read_below_region_is_remote_access_error,
-        missing_remote_write_is_remote_access_error,
-        missing_remote_read_is_remote_access_error,
-        deregistered_rkey_is_remote_access_error,
-        disconnect_flushes_receives,
-        dropped_qp_disconnects_the_peer,
-        send_with_invalidate_revokes_the_rkey,
-        cq_event_fd_is_armed_one_shot,
-        cq_wait_wakes_on_completion,
-    ];
-
-    #[test]
-    fn every_property_runs_on_the_soft_provider() {
-        let all: Vec<&str> = PROPERTIES.iter().map(|p| p.name).collect();
-        assert_eq!(all, TESTED, "soft_conformance! must list every property");
-        let f = soft_fabric();
-        for p in PROPERTIES {
-            assert!(
-                p.needs.and_then(|n| f.lacks(n)).is_none(),
-                "the soft provider must offer everything"
-            );
-        }
-    }
-
-    /// The suite can fail: a provider that breaks a property is caught. Here the
-    /// "provider" is a fabric whose listen addresses collide, so the second
-    /// connection of a property cannot listen.
-    #[test]
-    fn a_broken_fabric_fails() {
-        let f = Fabric::new(SoftDevice::new(), || "same".to_string()).with_timeout(T);
-        let p = conformance::property("cm_accept_exchanges_private_data").expect("property");
-        match conformance::run(&f, p) {
-            Verdict::Fail(why) => assert!(why.contains("listen"), "{why}"),
-            other => panic!("expected a failure, got {other:?}"),
-        }
-        let f = f.lacking(conformance::Need::RemoteInvalidate, "not here");
-        let p = conformance::property("send_with_invalidate_revokes_the_rkey").expect("property");
-        assert_eq!(conformance::run(&f, p), Verdict::NotApplicable("not here"));
     }
 }
