@@ -686,6 +686,7 @@ fn run_cm(pd: fn(&CmCtx) -> Vec<u8>, expect: CmExpect) {
                 max_send_sge: 1,
                 max_recv_sge: 1,
             },
+            srq: None,
         },
         &bytes,
         &mut |_| Ok(()),
