@@ -18,8 +18,17 @@ use nvmf_tests::ops_support::{connect_as, free_port, start_live};
 use nvmf_tests::raw_tcp::{status_of, with_cid, write_sqe, RawTcp, Rx};
 use nvmf_tests::{config, exec, options, raw_queue, start, start_tcp, TEST_HOSTID};
 
+/// The tests of this file run one at a time: the descriptor and RSS checks read the
+/// whole process, which the other tests (1,000 namespaces, 128 queues) would swell.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn a_host_asking_for_128_io_queues_gets_them() {
+    let _alone = alone();
     let env = start(&config(&["ram:4M"]));
     let mut o = options(&env, 128, 4);
     o.queue_size = 4;
@@ -57,6 +66,7 @@ fn connect_empty_host(cfg: &Config) -> nvmf_common::wire::status::Status {
 
 #[test]
 fn an_empty_host_nqn_is_admitted_only_where_any_host_may_connect() {
+    let _alone = alone();
     let cfg = config(&["ram:4M"]);
     assert!(cfg.subsystems[0].allow_any_host);
     let st = connect_empty_host(&cfg);
@@ -102,6 +112,7 @@ fn settle(want: usize) -> usize {
 
 #[test]
 fn removed_subsystems_leave_no_descriptor_open() {
+    let _alone = alone();
     let dir = std::env::temp_dir().join(format!("nvmf-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let img = dir.join("ns.img");
@@ -165,6 +176,7 @@ fn removed_subsystems_leave_no_descriptor_open() {
 
 #[test]
 fn a_write_waiting_for_its_data_when_the_namespace_goes_gets_invalid_namespace() {
+    let _alone = alone();
     let env = start_tcp(&config(&["ram:4M"]), Default::default());
     let mut admin = RawTcp::connect(env.addr, HostConfig::default());
     admin.init();
@@ -215,6 +227,7 @@ fn a_write_waiting_for_its_data_when_the_namespace_goes_gets_invalid_namespace()
 /// this test does) and 1,000 subsystems: all start, the last ones serve.
 #[test]
 fn a_thousand_namespaces_and_a_thousand_subsystems_start_and_serve() {
+    let _alone = alone();
     let (soft, _) = nvmf_target::limits::raise_nofile().unwrap();
     assert!(
         soft > 2 * 1000,

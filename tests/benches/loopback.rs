@@ -6,10 +6,17 @@
 //!
 //! Prints latency percentiles and IOPS per point, and what each I/O cost in verbs
 //! calls: doorbells (post_send/post_recv calls) and work requests, host and target.
+//!
+//! The target's poll group is pinned to the first CPU this process may use and the
+//! host's job thread to the second (`BENCH_PIN=0`: both left to the scheduler). Both
+//! threads spin: left unpinned on a 2-CPU machine they sometimes share a core, and the
+//! figure of a run was then one of two values far apart (issue 15: about 0.6M or 1.5M
+//! IOPS at QD 32, nothing between).
 
 use std::time::Duration;
 
 use nvmf_common::config::PollMode;
+use nvmf_common::cpus::CpuList;
 use nvmf_common::types::Nsid;
 use nvmf_initiator::perf::parse::{BsSpec, Rw};
 use nvmf_initiator::perf::{run, PerfOptions};
@@ -90,9 +97,15 @@ fn main() {
     );
     // BENCH_ONLY=substring runs the matching points only.
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let pins = placement();
+    match &pins {
+        Some((t, h)) => println!("target poll group on CPU {t}, host job on CPU {h}"),
+        None => println!("threads not pinned"),
+    }
     for p in points.iter().filter(|p| p.name.contains(only.as_str())) {
         let mut cfg = config(&[p.ns]);
         cfg.transport.poll_mode = PollMode::Poll;
+        cfg.transport.cpus = pins.as_ref().map(|(t, _)| t.clone());
         let env = start(&cfg);
         let mut ctrl = connect(&env, 1, 256);
         let mut queues = ctrl.take_io_queues();
@@ -104,6 +117,7 @@ fn main() {
             runtime: Some(Duration::from_secs(secs)),
             ramp_time: Duration::from_millis(500),
             nsid: Nsid(1),
+            cpus: pins.as_ref().map(|(_, h)| h.clone()),
             ..PerfOptions::default()
         };
         let dev0 = env.target.device.counters();
@@ -157,5 +171,18 @@ fn main() {
         );
         drop(queues);
         let _ = ctrl.shutdown();
+    }
+}
+
+/// The target's and the host's CPU: the first two this process may use, unless
+/// `BENCH_PIN=0` or only one is allowed.
+fn placement() -> Option<(CpuList, CpuList)> {
+    if std::env::var("BENCH_PIN").is_ok_and(|v| v == "0") {
+        return None;
+    }
+    let allowed = nvmf_common::cpus::allowed_cpus()?;
+    match allowed.as_slice() {
+        [t, h, ..] => Some((CpuList::from_cpus(vec![*t])?, CpuList::from_cpus(vec![*h])?)),
+        _ => None,
     }
 }

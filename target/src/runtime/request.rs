@@ -257,6 +257,15 @@ impl<T: Transport> Runtime<T> {
             bump(&self.stats.refused_at_shutdown, 1);
             return self.release_slot(t, qi, si);
         }
+        if q.ctx.ctrl.as_ref().is_some_and(|c| c.is_dead()) {
+            // The association ended (keep-alive, fatal error, the host closed its admin
+            // queue) and the timer sweep has not torn this queue down yet: end it now,
+            // unanswered, as nvmet deletes a dead controller's queues. An answer (Command
+            // Sequence Error) would fail the command at a multipath host; a lost
+            // connection sends it down another path.
+            self.release_slot(t, qi, si);
+            return self.kill(t, qi, "controller is gone", true);
+        }
         q.ctx.advance_sq_head();
         let parsed = sgl::decode(sqe_bytes, icd.len(), T::SGL)
             .and_then(|host| core::parse(&q.ctx, target, &mut slot.req, host.len()).map(|()| host));
