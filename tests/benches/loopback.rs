@@ -12,6 +12,15 @@
 //! threads spin: left unpinned on a 2-CPU machine they sometimes share a core, and the
 //! figure of a run was then one of two values far apart (issue 15: about 0.6M or 1.5M
 //! IOPS at QD 32, nothing between).
+//!
+//! Pinning did not end that: the two modes follow the machine, not the program. On
+//! the 2-vCPU VMs this runs on, the time for one cache line to go from one CPU to the
+//! other and back switches between about 55 ns and about 310 ns for minutes at a time
+//! (the hypervisor's placement of the vCPUs), and the loopback path, where host and
+//! target hand every capsule over through shared memory, follows it. So each point
+//! prints that round trip, measured just before it on the same two CPUs
+//! (`cpu round trip`): compare figures taken at the same round trip only
+//! (docs/bench-loopback.md).
 
 use std::time::Duration;
 
@@ -103,6 +112,13 @@ fn main() {
         None => println!("threads not pinned"),
     }
     for p in points.iter().filter(|p| p.name.contains(only.as_str())) {
+        if let Some((t, h)) = &pins {
+            println!(
+                "{:<38} cpu round trip {:.0} ns (CPU {t} <-> CPU {h})",
+                "",
+                round_trip_ns(t.for_index(0), h.for_index(0))
+            );
+        }
         let mut cfg = config(&[p.ns]);
         cfg.transport.poll_mode = PollMode::Poll;
         cfg.transport.cpus = pins.as_ref().map(|(t, _)| t.clone());
@@ -185,4 +201,38 @@ fn placement() -> Option<(CpuList, CpuList)> {
         [t, h, ..] => Some((CpuList::from_cpus(vec![*t])?, CpuList::from_cpus(vec![*h])?)),
         _ => None,
     }
+}
+
+/// Round trips of one cache line between CPUs `a` and `b`, for the probe.
+const ROUND_TRIPS: u64 = 1_000_000;
+
+/// Nanoseconds for one cache line to go from CPU `a` to CPU `b` and back: two pinned
+/// threads take turns incrementing one atomic.
+fn round_trip_ns(a: usize, b: usize) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let line = std::sync::Arc::new(AtomicU64::new(0));
+    let other = line.clone();
+    let pong = std::thread::spawn(move || {
+        let _ = nvmf_common::cpus::pin_current_thread(b);
+        for i in 0..ROUND_TRIPS {
+            while other.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            other.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let mine = std::thread::spawn(move || {
+        let _ = nvmf_common::cpus::pin_current_thread(a);
+        let start = std::time::Instant::now();
+        for i in 0..ROUND_TRIPS {
+            line.store(2 * i + 1, Ordering::Release);
+            while line.load(Ordering::Acquire) != 2 * i + 2 {
+                std::hint::spin_loop();
+            }
+        }
+        start.elapsed()
+    });
+    let took = mine.join().unwrap_or_default();
+    let _ = pong.join();
+    took.as_nanos() as f64 / ROUND_TRIPS as f64
 }
