@@ -681,6 +681,38 @@ fn keep_alive_expiry_closes_every_queue_of_the_controller() {
     assert_healthy(&s);
 }
 
+/// A capsule on an I/O queue whose controller has just ended (the host closed its
+/// admin queue) ends that queue unanswered, as nvmet deletes a dead controller's queues:
+/// a Command Sequence Error would be a failed command to a multipath host, a lost
+/// connection sends the command down another path. The capsule goes out as soon as
+/// the controller is gone from its subsystem, before the 20 ms timer sweep that tears
+/// such queues down anyway.
+#[test]
+fn a_command_for_a_controller_that_ended_ends_its_queue_unanswered() {
+    let s = server(PollMode::Poll, 1, small_h2c());
+    let (admin, mut io, cntlid) = pair_with(s.addr, &s.nqn, HostConfig::default(), 31, 0);
+    let subsys = s
+        .target
+        .find_subsystem(&s.nqn)
+        .unwrap_or_else(|| panic!("no subsystem {}", s.nqn));
+    drop(admin);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while subsys.controller(cntlid).is_some() {
+        assert!(Instant::now() < deadline, "the controller outlived its admin queue");
+        std::hint::spin_loop();
+    }
+    let data = [0x5a; 512];
+    io.cmd(
+        &write_sqe(0, 1, SglDescriptor::in_capsule(0, data.len() as u32)),
+        &data,
+    );
+    match io.recv() {
+        Rx::Closed => {}
+        other => panic!("expected the queue to end unanswered, got {other:?}"),
+    }
+    assert_healthy(&s);
+}
+
 /// The listener binds `::1`. This machine must have an IPv6 loopback address.
 #[test]
 fn ipv6_listener() {
