@@ -698,7 +698,10 @@ fn a_command_for_a_controller_that_ended_ends_its_queue_unanswered() {
     drop(admin);
     let deadline = Instant::now() + Duration::from_secs(5);
     while subsys.controller(cntlid).is_some() {
-        assert!(Instant::now() < deadline, "the controller outlived its admin queue");
+        assert!(
+            Instant::now() < deadline,
+            "the controller outlived its admin queue"
+        );
         std::hint::spin_loop();
     }
     let data = [0x5a; 512];
