@@ -10,6 +10,11 @@ ip link set lo up
 ip link set eth0 up
 ip addr add "$GUEST_IP/24" dev eth0
 ip route add default via 10.0.2.2
+# The kernel's default hostname "(none)" is no valid CRUSH name: a Ceph OSD puts the hostname
+# in its CRUSH location and refuses to boot with it (case rbd-kernel-multipath). Named in
+# /etc/hosts so a lookup of it never waits for a DNS server the guest cannot reach.
+echo interop-guest > /proc/sys/kernel/hostname
+grep -q "$GUEST_IP" /etc/hosts || echo "$GUEST_IP interop-guest" >> /etc/hosts
 for m in rdma_rxe rdma_ucm nvmet nvmet-tcp nvmet-rdma nvme-tcp nvme-rdma ublk_drv nbd tls; do
   modprobe "$m" || echo "modprobe $m failed"
 done

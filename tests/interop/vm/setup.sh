@@ -4,7 +4,10 @@
 #     rdma_rxe, ublk_drv and nbd as modules); it is only booted inside qemu, never on this machine;
 #   - qemu-system-x86 (from backports when qemu-utils already came from there: the two must match);
 #   - busybox-static and cpio for the initramfs;
-#   - the guest-side peers: nvme-cli, fio, rdma-core tools, iproute2, kmod, e2fsprogs.
+#   - the guest-side peers: nvme-cli, fio, rdma-core tools, iproute2, kmod, e2fsprogs;
+#   - Ceph: librbd-dev and librados-dev to build the target's `rbd` feature, and ceph-mon,
+#     ceph-osd, ceph-common for the private cluster that case rbd-kernel-multipath starts in
+#     the guest (scripts/ceph-test-cluster), as scripts/setup installs them.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 BPO=bookworm-backports
@@ -23,7 +26,8 @@ if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends -t "$BPO" qemu-system-x86 >/dev/null
 fi
 need=""
-for p in busybox-static cpio nvme-cli fio rdma-core ibverbs-utils rdmacm-utils iproute2 kmod e2fsprogs nbd-client util-linux; do
+for p in busybox-static cpio nvme-cli fio rdma-core ibverbs-utils rdmacm-utils iproute2 kmod e2fsprogs nbd-client util-linux \
+  librbd-dev librados-dev ceph-mon ceph-osd ceph-common; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
 if [ -n "$need" ]; then
