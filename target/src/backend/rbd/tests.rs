@@ -328,6 +328,92 @@ fn open_errors_name_the_image() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(b.info().block_size, 4096);
+    drop(b);
+
+    // ceph_options: an unknown name or a bad value fails the open, naming the option
+    // and the image but not the value.
+    for (key, value, why) in [
+        ("rados_osd_op_timout", "2", "not a Ceph option"),
+        ("rados_osd_op_timeout", "soon", "librados refused the value"),
+    ] {
+        let e = open_backend(&spec("img"), &with_options(opts(&c), &[(key, value)]))
+            .err()
+            .unwrap_or_else(|| panic!("opened with {key}={value}"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("rbd:rbd/img") && msg.contains(&format!("ceph_options: {key}: {why}")),
+            "{msg}"
+        );
+        assert!(!msg.contains(value), "the value is shown: {msg}");
+    }
+
+    // They are set after the configuration file is read: they override it.
+    let conf = std::env::temp_dir().join(format!("nvmf-rbd-unit-{}.conf", std::process::id()));
+    let text = std::fs::read_to_string(c.conf()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&conf, format!("{text}\n[client]\nrbd cache = false\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let from_file = OpenOptions {
+        rbd: RbdOptions {
+            ceph_conf: Some(conf.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let vwc = |o: &OpenOptions| {
+        open_backend(&spec("img"), o)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .info()
+            .volatile_write_cache
+    };
+    assert!(
+        !vwc(&from_file),
+        "the file's rbd cache = false was not read"
+    );
+    assert!(
+        vwc(&with_options(from_file, &[("rbd_cache", "true")])),
+        "ceph_options did not override the file"
+    );
+    let _ = std::fs::remove_file(conf);
+}
+
+/// `o` with `options` as its `ceph_options`.
+fn with_options(mut o: OpenOptions, options: &[(&str, &str)]) -> OpenOptions {
+    o.rbd.ceph_options = options
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    o
+}
+
+#[test]
+fn ceph_options_are_checked_without_a_cluster() {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        check_ceph_options(&map(&[
+            ("rados_osd_op_timeout", "30"),
+            ("rbd_cache", "false"),
+            // librados' own spelling with spaces works as in ceph.conf.
+            ("rados mon op timeout", "5"),
+        ])),
+        Ok(())
+    );
+    assert_eq!(
+        check_ceph_options(&map(&[("rbd_cache", "false"), ("rbd_cahce", "true")])),
+        Err("ceph_options: rbd_cahce: not a Ceph option".into())
+    );
+    assert_eq!(
+        check_ceph_options(&map(&[("rados_osd_op_timeout", "-5")])),
+        Err(
+            "ceph_options: rados_osd_op_timeout: librados refused the value (not valid for \
+             this option)"
+                .into()
+        )
+    );
 }
 
 #[test]
