@@ -13,6 +13,8 @@ use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
 
+// One file for every crate that starts a test cluster (see its module docs).
+#[path = "../target/tests/support/ceph_cluster.rs"]
 pub mod ceph_cluster;
 pub mod ops_support;
 pub mod proxy;

@@ -80,6 +80,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             ceph_conf: None,
             client_id: None,
             keyring: None,
+            ceph_options: Default::default(),
         },
     );
     assert!(
@@ -122,6 +123,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             ceph_conf: None,
             client_id: None,
             keyring: None,
+            ceph_options: Default::default(),
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

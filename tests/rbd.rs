@@ -8,7 +8,9 @@
 //! while a host is connected (`ctl resize-ns` → Namespace Attribute Changed, new size);
 //! the OSD stopped under I/O, shorter than the host's command timeout (commands wait,
 //! none fails) and longer (commands time out host-side; after the OSD resumes and the
-//! host reconnects, every acknowledged write reads back).
+//! host reconnects, every acknowledged write reads back); the OSD stopped with
+//! `ceph_options: { rados_osd_op_timeout: "2" }` (a write fails with Namespace Not
+//! Ready within a bound instead of waiting, and I/O works again once the OSD runs).
 
 #![cfg_attr(not(feature = "rbd"), allow(unused))]
 
@@ -227,6 +229,7 @@ mod rbd {
                 ceph_conf: Some(cluster.conf().to_path_buf()),
                 client_id: Some("admin".into()),
                 keyring: None,
+                ceph_options: Default::default(),
             },
         );
         assert!(r.ok, "add-ns: {:?}", r.error);
@@ -241,6 +244,7 @@ mod rbd {
                 ceph_conf: Some(cluster.conf().to_path_buf()),
                 client_id: None,
                 keyring: None,
+                ceph_options: Default::default(),
             },
         );
         assert!(!r.ok, "ceph_conf accepted on a RAM namespace");
@@ -429,6 +433,91 @@ mod rbd {
         drop(c);
         verify_acked(&env.fabric, &env.nqn, &acked);
         nvmf_tests::assert_serves(&env.fabric, &env.nqn, 16);
+    }
+
+    /// `rados_osd_op_timeout` in the stall-with-a-timeout case (seconds).
+    const OP_TIMEOUT_SECS: u64 = 2;
+    /// How long a write to a stopped OSD may take to fail with that timeout: the timeout
+    /// plus librados' timer tick and some slack on a loaded machine.
+    const OP_TIMEOUT_BOUND: Duration = Duration::from_secs(10);
+    /// The host's command timeout there: far above the bound, so a failure within it
+    /// is the target's answer, not the host giving up.
+    const PATIENT_HOST_TIMEOUT: Duration = Duration::from_secs(60);
+    /// How long the first write after the OSD resumes may take.
+    const RESUME_BOUND: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn osd_op_timeout_fails_a_stalled_write_and_io_resumes() {
+        use nix::sys::signal::Signal::{SIGCONT, SIGSTOP};
+        use nvmf_common::wire::status::{generic, Status};
+        use nvmf_initiator::error::Error;
+        let cluster = CephCluster::start("op-timeout", IMAGE_SIZE);
+        let mut cfg = rbd_config(&cluster);
+        let ns = &mut cfg.subsystems[0].namespaces[0];
+        // The write-back cache off: a cached write would complete without the OSD.
+        for (k, v) in [
+            ("rados_osd_op_timeout", OP_TIMEOUT_SECS.to_string()),
+            ("rbd_cache", "false".into()),
+        ] {
+            ns.ceph_options.insert(k.into(), v);
+        }
+        let env = start_tcp(&cfg, TcpOptions::default());
+        let osd = cluster.osd_pid();
+        let mut c = Controller::connect(
+            env.fabric.clone(),
+            opts_with_timeout(&env.nqn, PATIENT_HOST_TIMEOUT),
+        )
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+        let idc = IdentifyController::new_checked(c.identify_controller_raw())
+            .unwrap_or_else(|e| panic!("identify controller: {e}"));
+        assert_eq!(idc.vwc() & vwc::PRESENT, 0, "rbd_cache=false not applied");
+        let mut q = c.take_io_queues().remove(0);
+        {
+            let mut io = NsIo::new(&c, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+            let (lba, stalled_lba) = (0u64, 64u64);
+            io.write(lba, &pattern(1, lba, 4096))
+                .unwrap_or_else(|e| panic!("write before the stall: {e}"));
+
+            signal(osd, SIGSTOP);
+            let started = Instant::now();
+            let r = io.write(stalled_lba, &pattern(2, stalled_lba, 4096));
+            let took = started.elapsed();
+            signal(osd, SIGCONT);
+            eprintln!("write to a stopped OSD with rados_osd_op_timeout={OP_TIMEOUT_SECS}: {r:?} after {took:?}");
+            match r {
+                Err(Error::Status { status, .. }) => assert_eq!(
+                    status,
+                    Status::generic_retryable(generic::NS_NOT_READY),
+                    "{status}"
+                ),
+                other => panic!("the stalled write gave {other:?}, not an error status"),
+            }
+            assert!(
+                took >= Duration::from_secs(OP_TIMEOUT_SECS) && took < OP_TIMEOUT_BOUND,
+                "the stalled write failed after {took:?}: not the {OP_TIMEOUT_SECS} s op timeout"
+            );
+
+            // The OSD runs again: the next commands succeed, and read back.
+            let started = Instant::now();
+            let d = pattern(3, stalled_lba, 4096);
+            io.write(stalled_lba, &d)
+                .unwrap_or_else(|e| panic!("write after the OSD resumed: {e}"));
+            let mut back = vec![0u8; 4096];
+            io.read(stalled_lba, &mut back)
+                .unwrap_or_else(|e| panic!("read after the OSD resumed: {e}"));
+            assert!(back == d, "read back other data after the stall");
+            io.read(lba, &mut back)
+                .unwrap_or_else(|e| panic!("read after the OSD resumed: {e}"));
+            assert!(
+                back == pattern(1, lba, 4096),
+                "the write before the stall was lost"
+            );
+            let resumed = started.elapsed();
+            eprintln!("after SIGCONT: write and two reads in {resumed:?}");
+            assert!(resumed < RESUME_BOUND, "I/O took {resumed:?} to resume");
+        }
+        drop(q);
+        c.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
     }
 
     #[test]

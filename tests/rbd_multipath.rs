@@ -5,6 +5,9 @@
 //! again while A goes away: no I/O error, every block verifies (blocks written through
 //! A read back through B), and the session ends on B.
 //!
+//! `target/tests/rbd_gateways.rs` runs two gateways as two `nvmf-target` processes
+//! (SIGKILL and restart included).
+//!
 //! Coherence between the two librbd clients comes from the image's `exclusive-lock`
 //! feature (on by default): librbd flushes its cache and hands the lock over when the
 //! other client first writes, and invalidates its cache when it takes the lock back.

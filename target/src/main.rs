@@ -151,6 +151,13 @@ fn main() -> ExitCode {
     if let Some(Cmd::CheckConfig { file }) = &cli.cmd {
         return match Config::load(file) {
             Ok(cfg) => {
+                let refused = nvmf_target::backend::spec::check_ceph_options(&cfg);
+                if !refused.is_empty() {
+                    for r in &refused {
+                        eprintln!("{}: {r}", file.display());
+                    }
+                    return ExitCode::from(2);
+                }
                 let need = nvmf_target::limits::descriptors_needed(&cfg);
                 match nvmf_target::limits::hard_nofile() {
                     Some(hard) if need > hard => {

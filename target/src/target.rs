@@ -328,6 +328,7 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
                 ceph_conf: n.ceph_conf.clone(),
                 client_id: n.client_id.clone(),
                 keyring: n.keyring.clone(),
+                ceph_options: n.ceph_options.clone(),
             },
         },
     )

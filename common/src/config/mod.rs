@@ -41,6 +41,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -421,6 +422,11 @@ fn yes() -> bool {
     true
 }
 
+/// Ceph options whose value is a secret (`key`: the client's key itself). A namespace's
+/// `ceph_options` may not set them (a keyring file holds the key), and logs never show
+/// their values.
+pub const SECRET_CEPH_OPTIONS: &[&str] = &["key"];
+
 /// A namespace (configfs `subsystems/NQN/namespaces/NSID`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -470,6 +476,17 @@ pub struct NamespaceConfig {
     /// Ceph configuration says).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyring: Option<std::path::PathBuf>,
+    /// `rbd:` namespaces only: Ceph client options (SPDK's `bdev_rbd_register_cluster
+    /// --config-param`), e.g. `{ rados_osd_op_timeout: "30", rbd_cache: "false" }`. Set
+    /// with `rados_conf_set` after `ceph_conf` is read and before connecting, so they
+    /// override the file; librados checks each name and value when the namespace is
+    /// opened (and `nvmf-target check-config` does the same without connecting).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "serde_util::ceph_options"
+    )]
+    pub ceph_options: BTreeMap<String, String>,
 }
 
 impl NamespaceConfig {
@@ -488,6 +505,7 @@ impl NamespaceConfig {
             ceph_conf: None,
             client_id: None,
             keyring: None,
+            ceph_options: BTreeMap::new(),
         }
     }
 

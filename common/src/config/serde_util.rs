@@ -142,3 +142,56 @@ pub(crate) fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String
     }
     d.deserialize_any(V)
 }
+
+/// A namespace's Ceph client options: a map of option names to values. Values are
+/// strings for librados, but an unquoted number or boolean (`rbd_cache: false`) is
+/// taken as its text too.
+pub(crate) mod ceph_options {
+    use super::*;
+    use serde::Serialize;
+    use std::collections::BTreeMap;
+
+    struct ValueDe(String);
+
+    impl<'de> Deserialize<'de> for ValueDe {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = ValueDe;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a Ceph option value: a string, number or boolean")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<ValueDe, E> {
+                    Ok(ValueDe(v.to_string()))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<ValueDe, E> {
+                    Ok(ValueDe(v.to_string()))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<ValueDe, E> {
+                    Ok(ValueDe(v.to_string()))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<ValueDe, E> {
+                    Ok(ValueDe(v.to_string()))
+                }
+                fn visit_bool<E: de::Error>(self, v: bool) -> Result<ValueDe, E> {
+                    Ok(ValueDe(v.to_string()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    pub(crate) fn serialize<S: Serializer>(
+        v: &BTreeMap<String, String>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        v.serialize(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        BTreeMap::<String, ValueDe>::deserialize(d)
+            .map(|m| m.into_iter().map(|(k, v)| (k, v.0)).collect())
+    }
+}

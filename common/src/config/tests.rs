@@ -103,6 +103,12 @@ fn example_configs_say_what_they_should() {
     assert_eq!(n.device_path, "rbd:rbd/disk0");
     assert_eq!(n.client_id.as_deref(), Some("nvmf"));
     assert!(n.ceph_conf.is_some() && n.keyring.is_some());
+    assert_eq!(
+        n.ceph_options
+            .get("rados_osd_op_timeout")
+            .map(String::as_str),
+        Some("30")
+    );
 
     let file = load("file.yaml");
     let s = &file.subsystems[0];
@@ -561,6 +567,11 @@ fn namespace_rules() {
         ("device_path: rbd:p/i@snap", "10:9", "subsystems[0].namespaces[0].device_path: namespace spec \"rbd:p/i@snap\": RBD image name \"i@snap\" contains '@'"),
         ("device_path: ram:1M\n        ceph_conf: /etc/ceph/ceph.conf", "11:9", "subsystems[0].namespaces[0].ceph_conf: only for rbd:POOL/IMAGE namespaces, not ram:1M"),
         ("device_path: rbd:p/i\n        client_id: client.admin", "11:9", "subsystems[0].namespaces[0].client_id: \"client.admin\" is not a Ceph client id (`admin` for client.admin)"),
+        ("device_path: ram:1M\n        ceph_options: { rbd_cache: \"false\" }", "11:9", "subsystems[0].namespaces[0].ceph_options: only for rbd:POOL/IMAGE namespaces, not ram:1M"),
+        ("device_path: rbd:p/i\n        ceph_options:\n          key: AQBsecret", "12:11", "subsystems[0].namespaces[0].ceph_options.key: a Ceph secret does not belong in this configuration: name a keyring file with `keyring`"),
+        ("device_path: rbd:p/i\n        ceph_options:\n          keyring: /k", "12:11", "subsystems[0].namespaces[0].ceph_options.keyring: set the namespace's `keyring` instead"),
+        ("device_path: rbd:p/i\n        ceph_options: { \"\": x }", "11:9", "subsystems[0].namespaces[0].ceph_options: an option name is empty"),
+        ("device_path: rbd:p/i\n        ceph_options: { rbd_cache: [1] }", "11:36", "subsystems[0].namespaces[0].ceph_options.rbd_cache: invalid type: sequence, expected a Ceph option value"),
     ];
     for (to, at, want) in cases {
         let e = error_of(&BASE.replacen("device_path: ram:1M", to, 1));
@@ -585,6 +596,28 @@ fn namespace_rules() {
         e.to_string(),
         format!("configs/x.yaml:14:9: subsystems[0].namespaces[1].uuid: duplicate UUID {u} (also subsystems[0].namespaces[0])")
     );
+}
+
+#[test]
+fn ceph_options_take_unquoted_numbers_and_booleans_as_text() {
+    let text = BASE.replacen(
+        "device_path: ram:1M",
+        "device_path: rbd:p/i\n        ceph_options: { rados_osd_op_timeout: 30, rbd_cache: false, \"rados mon op timeout\": \"5\" }",
+        1,
+    );
+    let c = Config::from_yaml_str(&text, ORIGIN).unwrap();
+    let opts = &c.subsystems[0].namespaces[0].ceph_options;
+    let got: Vec<(&str, &str)> = opts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            ("rados mon op timeout", "5"),
+            ("rados_osd_op_timeout", "30"),
+            ("rbd_cache", "false")
+        ]
+    );
+    let again = Config::from_yaml_str(&c.to_yaml().unwrap(), "printed").unwrap();
+    assert_eq!(again, c);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use super::error::KeyPath;
 use super::locate::locate_nearest;
 use super::{
     AdrFam, Config, ConfigError, ConfigErrorKind, NamespaceConfig, PortConfig, ReferralConfig,
-    SubsystemConfig, TrType, Treq, Tsas, MODEL_MAX_LEN, SERIAL_MAX_LEN,
+    SubsystemConfig, TrType, Treq, Tsas, MODEL_MAX_LEN, SECRET_CEPH_OPTIONS, SERIAL_MAX_LEN,
 };
 use crate::types::{Cntlid, Nqn, Nsid, DISCOVERY_NQN};
 
@@ -18,6 +18,8 @@ const MIN_BLOCK_SIZE: u32 = 512;
 const MAX_BLOCK_SIZE: u32 = 64 * KIB;
 /// Block size of RAM and null namespaces that set none.
 const DEFAULT_BLOCK_SIZE: u32 = 512;
+/// The Ceph option a namespace names with its own `keyring` key.
+const CEPH_KEYRING_OPTION: &str = "keyring";
 
 struct Checker<'a> {
     origin: &'a str,
@@ -584,6 +586,7 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
         ("ceph_conf", ns.ceph_conf.is_some()),
         ("client_id", ns.client_id.is_some()),
         ("keyring", ns.keyring.is_some()),
+        ("ceph_options", !ns.ceph_options.is_empty()),
     ] {
         if set && !is_rbd {
             c.err(
@@ -598,6 +601,27 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
                 &n.key("client_id"),
                 format!("{id:?} is not a Ceph client id (`admin` for client.admin)"),
             );
+        }
+    }
+
+    let opts = n.key("ceph_options");
+    for (key, value) in &ns.ceph_options {
+        let at = opts.key(key);
+        // Values are never echoed: an operator may have put something private there.
+        if key.is_empty() {
+            c.err(&opts, "an option name is empty");
+        } else if key.contains('\0') {
+            c.err(&at, "not a Ceph option name");
+        } else if SECRET_CEPH_OPTIONS.contains(&key.as_str()) {
+            c.err(
+                &at,
+                "a Ceph secret does not belong in this configuration: name a keyring file \
+                 with `keyring`",
+            );
+        } else if key == CEPH_KEYRING_OPTION {
+            c.err(&at, "set the namespace's `keyring` instead");
+        } else if value.contains('\0') {
+            c.err(&at, "the value contains a NUL byte");
         }
     }
 

@@ -14,6 +14,7 @@
 //! `T` (case-insensitive), optionally followed by `iB` or `B`: `512k`, `1G`, `1GiB`,
 //! `2TB`. A path that happens to start with `ram:` or `null:` can be written `./ram:x`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,6 +23,8 @@ use super::null::NullBackend;
 use super::ram::RamBackend;
 use super::Backend;
 
+/// What starts an RBD namespace's spec.
+const RBD_PREFIX: &str = "rbd:";
 /// Block size of RAM and null namespaces unless the user asks for another.
 pub const DEFAULT_BLOCK_SIZE: u32 = 512;
 /// Smallest and largest logical block sizes accepted (powers of two in between).
@@ -45,12 +48,15 @@ pub struct OpenOptions {
 }
 
 /// How an `rbd:` namespace reaches its cluster (the YAML namespace's `ceph_conf`,
-/// `client_id` and `keyring`); each `None` leaves librados' default.
+/// `client_id`, `keyring` and `ceph_options`); each `None` (or no option) leaves
+/// librados' default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RbdOptions {
     pub ceph_conf: Option<PathBuf>,
     pub client_id: Option<String>,
     pub keyring: Option<PathBuf>,
+    /// Client options set after `ceph_conf` is read, before connecting.
+    pub ceph_options: BTreeMap<String, String>,
 }
 
 /// Why a backend could not be opened. Every message names the path (or the kind of
@@ -202,6 +208,35 @@ pub fn open_backend(
         }
         NamespaceSpec::Rbd { pool, image } => open_rbd(pool, image, opts),
     }
+}
+
+/// Checks the `ceph_options` of every `rbd:` namespace of `cfg` with librados, without
+/// connecting (`check-config`); one message per namespace refused, naming the
+/// subsystem, the nsid and the option. Without the `rbd` feature nothing can be
+/// checked here: such a target refuses `rbd:` namespaces when it opens them.
+pub fn check_ceph_options(cfg: &nvmf_common::config::Config) -> Vec<String> {
+    let mut refused = Vec::new();
+    for s in &cfg.subsystems {
+        for n in &s.namespaces {
+            if n.ceph_options.is_empty() || !n.device_path.starts_with(RBD_PREFIX) {
+                continue;
+            }
+            if let Err(e) = check_rbd_options(&n.ceph_options) {
+                refused.push(format!("subsystem {} namespace {}: {e}", s.nqn, n.nsid.0));
+            }
+        }
+    }
+    refused
+}
+
+#[cfg(feature = "rbd")]
+fn check_rbd_options(options: &BTreeMap<String, String>) -> Result<(), String> {
+    super::rbd::check_ceph_options(options)
+}
+
+#[cfg(not(feature = "rbd"))]
+fn check_rbd_options(_: &BTreeMap<String, String>) -> Result<(), String> {
+    Ok(())
 }
 
 #[cfg(feature = "rbd")]

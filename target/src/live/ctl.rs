@@ -22,6 +22,7 @@
 //!
 //! The socket is created mode 0600: whoever can write it administers the target.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -45,6 +46,8 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
 /// The longest request line accepted.
 const MAX_REQUEST: u64 = 64 * 1024;
+/// What the log shows instead of a secret.
+const REDACTED: &str = "(secret, not logged)";
 
 /// One request on the socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +65,9 @@ pub enum Request {
         client_id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         keyring: Option<PathBuf>,
+        /// `rbd:` namespaces: Ceph client options (the YAML `ceph_options`).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        ceph_options: BTreeMap<String, String>,
     },
     RemoveNs {
         nqn: String,
@@ -167,6 +173,7 @@ pub fn handle(live: &Live, req: &Request) -> Response {
             ceph_conf,
             client_id,
             keyring,
+            ceph_options,
         } => Op::AddNs {
             nqn,
             nsid,
@@ -174,6 +181,7 @@ pub fn handle(live: &Live, req: &Request) -> Response {
             ceph_conf,
             client_id,
             keyring,
+            ceph_options,
         },
         Request::RemoveNs { nqn, nsid } => Op::RemoveNs { nqn, nsid },
         Request::ResizeNs { nqn, nsid } => Op::ResizeNs { nqn, nsid },
@@ -290,7 +298,7 @@ fn serve_one(live: &Live, stream: UnixStream) -> std::io::Result<()> {
         // `ctl top` asks every interval: not worth a log line each time.
         Ok(Request::Metrics) => handle(live, &Request::Metrics),
         Ok(req) => {
-            info!(?req, "admin request");
+            info!(req = ?loggable(&req), "admin request");
             handle(live, &req)
         }
         Err(e) => Response::error(format!("malformed request: {e}")),
@@ -298,6 +306,30 @@ fn serve_one(live: &Live, stream: UnixStream) -> std::io::Result<()> {
     let mut out = serde_json::to_string(&resp).map_err(std::io::Error::other)?;
     out.push('\n');
     (&stream).write_all(out.as_bytes())
+}
+
+/// `req` as the log shows it: the value of a secret Ceph option (refused anyway) is
+/// replaced, so a mistaken `--ceph-option key=...` never reaches the log.
+fn loggable(req: &Request) -> std::borrow::Cow<'_, Request> {
+    use nvmf_common::config::SECRET_CEPH_OPTIONS;
+    match req {
+        Request::AddNs { ceph_options, .. }
+            if ceph_options
+                .keys()
+                .any(|k| SECRET_CEPH_OPTIONS.contains(&k.as_str())) =>
+        {
+            let mut shown = req.clone();
+            if let Request::AddNs { ceph_options, .. } = &mut shown {
+                for (k, v) in ceph_options.iter_mut() {
+                    if SECRET_CEPH_OPTIONS.contains(&k.as_str()) {
+                        *v = REDACTED.into();
+                    }
+                }
+            }
+            std::borrow::Cow::Owned(shown)
+        }
+        _ => std::borrow::Cow::Borrowed(req),
+    }
 }
 
 /// Sends one request to the target listening on `path` and returns its answer.
@@ -336,6 +368,10 @@ pub enum CtlCommand {
         /// rbd:POOL/IMAGE only: the keyring (default: what the Ceph configuration says).
         #[arg(long)]
         keyring: Option<PathBuf>,
+        /// rbd:POOL/IMAGE only: a Ceph client option, set after the Ceph configuration
+        /// is read (repeatable; a later KEY wins), e.g. rados_osd_op_timeout=30.
+        #[arg(long = "ceph-option", value_name = "KEY=VALUE", value_parser = parse_ceph_option)]
+        ceph_option: Vec<(String, String)>,
     },
     /// Remove a namespace.
     RemoveNs { nqn: String, nsid: u32 },
@@ -394,6 +430,7 @@ impl CtlCommand {
                 ceph_conf,
                 client_id,
                 keyring,
+                ceph_option,
             } => Request::AddNs {
                 nqn,
                 device_path,
@@ -401,6 +438,7 @@ impl CtlCommand {
                 ceph_conf,
                 client_id,
                 keyring,
+                ceph_options: ceph_option.into_iter().collect(),
             },
             CtlCommand::RemoveNs { nqn, nsid } => Request::RemoveNs { nqn, nsid },
             CtlCommand::ResizeNs { nqn, nsid } => Request::ResizeNs { nqn, nsid },
@@ -430,6 +468,14 @@ impl CtlCommand {
             CtlCommand::Status { .. } => Request::Status,
             CtlCommand::Top(_) => Request::Metrics,
         }
+    }
+}
+
+/// `KEY=VALUE` (the value may itself contain `=`).
+fn parse_ceph_option(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err("expected KEY=VALUE, e.g. rados_osd_op_timeout=30".into()),
     }
 }
 

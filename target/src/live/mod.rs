@@ -20,6 +20,7 @@ pub mod rdma_hooks;
 pub mod status;
 pub mod top;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -82,6 +83,7 @@ pub enum Op {
         ceph_conf: Option<PathBuf>,
         client_id: Option<String>,
         keyring: Option<PathBuf>,
+        ceph_options: BTreeMap<String, String>,
     },
     RemoveNs {
         nqn: String,
@@ -361,6 +363,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ceph_conf,
             client_id,
             keyring,
+            ceph_options,
             ..
         } => {
             let id = match nsid {
@@ -376,6 +379,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ns.ceph_conf.clone_from(ceph_conf);
             ns.client_id.clone_from(client_id);
             ns.keyring.clone_from(keyring);
+            ns.ceph_options.clone_from(ceph_options);
             sub.namespaces.push(ns);
         }
         Op::RemoveNs { nsid, .. } => {

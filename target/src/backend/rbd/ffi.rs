@@ -129,6 +129,31 @@ impl std::fmt::Display for CephError {
     }
 }
 
+impl std::error::Error for CephError {}
+
+/// Why a cluster handle could not be set up, connected or opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Call(#[from] CephError),
+    /// librados refused one of the namespace's `ceph_options`. The value is not part of
+    /// the message: the name is what the operator needs, and values stay out of logs.
+    #[error("ceph_options: {key}: {}", option_refusal(*errno))]
+    Option { key: String, errno: i32 },
+}
+
+/// What `rados_conf_set`'s errno means for an option of `ceph_options`.
+fn option_refusal(errno: i32) -> String {
+    match errno {
+        libc::ENOENT => "not a Ceph option".into(),
+        libc::EINVAL => "librados refused the value (not valid for this option)".into(),
+        _ => format!(
+            "rados_conf_set failed: {}",
+            std::io::Error::from_raw_os_error(errno)
+        ),
+    }
+}
+
 fn check(call: &'static str, rc: c_int) -> Result<(), CephError> {
     if rc < 0 {
         Err(CephError { call, errno: -rc })
@@ -163,6 +188,8 @@ pub struct ClusterParams<'a> {
     pub keyring: Option<&'a Path>,
     /// Options set before the configuration file is read (the file wins).
     pub defaults: &'a [(&'a str, &'a str)],
+    /// The namespace's `ceph_options`, set after the file is read (they win).
+    pub options: &'a [(&'a str, &'a str)],
 }
 
 /// A cluster connection, a pool context and an open image (see the module docs).
@@ -180,12 +207,10 @@ unsafe impl Send for Image {}
 unsafe impl Sync for Image {}
 
 impl Image {
-    /// Connects to the cluster and opens `pool`/`name` (its head, read-write).
-    pub fn open(params: &ClusterParams<'_>, pool: &str, name: &str) -> Result<Image, CephError> {
-        let id = params
-            .client_id
-            .map(|i| cstring("rados_create", i))
-            .transpose()?;
+    /// A cluster handle for client `client_id` (librados' default id if `None`), not
+    /// configured or connected; no pool or image yet. Dropping it shuts it down.
+    fn create(client_id: Option<&str>) -> Result<Image, CephError> {
+        let id = client_id.map(|i| cstring("rados_create", i)).transpose()?;
         let mut cluster: rados_t = std::ptr::null_mut();
         // SAFETY: `cluster` is a valid out-pointer; `id` is a NUL-terminated string or
         // null (librados' default id), alive for the call.
@@ -196,12 +221,30 @@ impl Image {
             )
         };
         check("rados_create", rc)?;
-        // From here on `img` owns what has been created, and its Drop undoes it.
-        let mut img = Image {
+        // From here on the Image owns the handle, and its Drop shuts it down.
+        Ok(Image {
             cluster,
             ioctx: std::ptr::null_mut(),
             image: std::ptr::null_mut(),
-        };
+        })
+    }
+
+    /// Sets each of `options` (a namespace's `ceph_options`) on the unconnected handle;
+    /// librados checks the name and parses the value for the option's type here.
+    fn set_options(&self, options: &[(&str, &str)]) -> Result<(), ClusterError> {
+        for (key, value) in options {
+            self.conf_set(key, value)
+                .map_err(|e| ClusterError::Option {
+                    key: (*key).to_string(),
+                    errno: e.errno,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Connects to the cluster and opens `pool`/`name` (its head, read-write).
+    pub fn open(params: &ClusterParams<'_>, pool: &str, name: &str) -> Result<Image, ClusterError> {
+        let mut img = Image::create(params.client_id)?;
         for (k, v) in params.defaults {
             img.conf_set(k, v)?;
         }
@@ -222,6 +265,8 @@ impl Image {
         if params.conf.is_some() || rc != -libc::ENOENT {
             check("rados_conf_read_file", rc)?;
         }
+        // After the file, so an option given for this namespace overrides it.
+        img.set_options(params.options)?;
         if let Some(k) = params.keyring {
             let k = k.to_string_lossy();
             img.conf_set("keyring", &k)?;
@@ -293,6 +338,12 @@ impl Image {
         // SAFETY: open image; rbd_flush blocks until cached writes are on the OSDs.
         check("rbd_flush", unsafe { rbd_flush(self.image) })
     }
+}
+
+/// Checks `options` with librados (names known, values parse) on a handle that is
+/// never connected, so no cluster is needed.
+pub fn check_options(options: &[(&str, &str)]) -> Result<(), ClusterError> {
+    Image::create(None)?.set_options(options)
 }
 
 impl Drop for Image {

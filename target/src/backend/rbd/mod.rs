@@ -10,6 +10,18 @@
 //! (`rados_conf_get`): with librbd's write-back cache on, a write completes once it is
 //! in the client's memory and only Flush (or FUA) makes it durable.
 //!
+//! # Client options
+//!
+//! The client is configured before it connects, in this order, each later step
+//! overriding the earlier: our defaults (`client_mount_timeout`), the Ceph
+//! configuration file, the namespace's `ceph_options` (SPDK's `bdev_rbd_register_cluster
+//! --config-param`), each with `rados_conf_set`, and its `keyring` last. librados
+//! checks each option's name and parses its value there, so an unknown name or a bad
+//! value fails the open (the start, SIGHUP or `ctl add-ns`) with an error naming the
+//! option but not its value; [`check_ceph_options`] makes the same check without a
+//! cluster for `check-config`. The configuration refuses `key` and `keyring` there:
+//! the key stays in the keyring file the namespace names.
+//!
 //! # I/O
 //!
 //! Read → `rbd_aio_read`, Write → `rbd_aio_write` (FUA with the cache on: the write,
@@ -37,10 +49,20 @@
 //! another path), `ENOENT` → Gone (Namespace Not Ready, DNR), `ETIMEDOUT` and
 //! connection errors → Unavailable (Namespace Not Ready, retryable), `EROFS` →
 //! Namespace Is Write Protected (DNR), `ENOSPC`/`EDQUOT` → Capacity Exceeded (DNR),
-//! `EIO` and the rest → media errors (retryable). While the cluster is unreachable
-//! (an OSD stopped) librbd keeps operations queued and retries them itself; nothing
-//! fails on the target side unless `rados_osd_op_timeout` is set in the Ceph
-//! configuration, so the host's command timeout decides what a stall means.
+//! `EIO` and the rest → media errors (retryable).
+//!
+//! # A stalled cluster
+//!
+//! While an OSD does not answer (stopped, partitioned) librbd keeps operations queued
+//! and retries them itself, by default for ever: nothing fails on the target side, and
+//! the host's command timeout decides what a stall means. An operator who wants a
+//! stalled OSD to fail commands instead sets `rados_osd_op_timeout` (seconds; 0, the
+//! default, waits for ever) in the namespace's `ceph_options` (or the Ceph
+//! configuration file): an operation the OSDs have not answered within that time
+//! completes with `ETIMEDOUT`, which this backend answers with Namespace Not Ready
+//! (retryable), so a host retries it or moves it to another gateway. Choose it below
+//! the hosts' command timeout and above a normal OSD failover (peering takes seconds);
+//! once the OSD answers again, new commands succeed (`tests/rbd.rs` shows both).
 //!
 //! # Resize
 //!
@@ -76,6 +98,7 @@ mod ffi;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,6 +117,22 @@ pub const CHANNEL_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// The value `rados_conf_get` gives for a true boolean option.
 const CONF_TRUE: &str = "true";
+/// The option that makes a stalled OSD fail operations (module docs).
+const OSD_OP_TIMEOUT: &str = "rados_osd_op_timeout";
+
+/// The namespace's `ceph_options` as the FFI takes them.
+fn option_pairs(options: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
+    options
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// Checks `ceph_options` with librados, without a cluster (`check-config`): an unknown
+/// name or a value librados cannot parse for the option gives an error naming it.
+pub fn check_ceph_options(options: &BTreeMap<String, String>) -> Result<(), String> {
+    ffi::check_options(&option_pairs(options)).map_err(|e| e.to_string())
+}
 
 /// An open RBD image shared by every thread serving its namespace.
 pub struct RbdBackend {
@@ -117,11 +156,13 @@ impl RbdBackend {
             spec: spec.clone(),
             reason,
         };
+        let options = option_pairs(&opts.ceph_options);
         let params = ffi::ClusterParams {
             conf: opts.ceph_conf.as_deref(),
             client_id: opts.client_id.as_deref(),
             keyring: opts.keyring.as_deref(),
             defaults: &[("client_mount_timeout", DEFAULT_MOUNT_TIMEOUT_SECS)],
+            options: &options,
         };
         let img = ffi::Image::open(&params, pool, image).map_err(|e| fail(e.to_string()))?;
         let raw = img.size().map_err(|e| fail(e.to_string()))?;
@@ -151,7 +192,12 @@ impl RbdBackend {
                 if cache { "write-back" } else { "off" }
             ),
         };
-        tracing::info!(%spec, size_bytes, block_size, rbd_cache = cache, "RBD image opened");
+        // Option names only (a value could be private); the two settings that change
+        // how I/O behaves are shown as librados resolved them.
+        let option_names: Vec<&str> = opts.ceph_options.keys().map(String::as_str).collect();
+        let op_timeout = img.conf_get(OSD_OP_TIMEOUT).unwrap_or_default();
+        tracing::info!(%spec, size_bytes, block_size, rbd_cache = cache,
+            rados_osd_op_timeout = %op_timeout, ceph_options = ?option_names, "RBD image opened");
         Ok(RbdBackend {
             image: Arc::new(img),
             info,

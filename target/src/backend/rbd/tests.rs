@@ -7,8 +7,6 @@ use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
 use crate::backend::DmaSlice;
 use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::status::{generic, media, path, Sct, Status};
-use std::path::PathBuf;
-use std::process::Command;
 
 #[test]
 fn errno_mapping_gives_precise_statuses() {
@@ -52,62 +50,23 @@ fn errno_mapping_gives_precise_statuses() {
     );
 }
 
-/// A private cluster under a temporary directory, stopped on drop.
-struct Cluster {
-    dir: PathBuf,
-    conf: PathBuf,
-}
+// The cluster helper the end-to-end tests use too; not every helper is used here.
+#[allow(dead_code)]
+#[path = "../../../tests/support/ceph_cluster.rs"]
+mod ceph_cluster;
+use ceph_cluster::CephCluster;
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ceph-test-cluster")
-}
+/// The image every test opens, and its size.
+const IMAGE_SIZE: &str = "64M";
 
-impl Cluster {
-    fn start(name: &str) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("nvmf-rbd-unit-{}-{name}", std::process::id()));
-        let out = Command::new(script())
-            .arg("start")
-            .arg(&dir)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run scripts/ceph-test-cluster: {e}"));
-        assert!(
-            out.status.success(),
-            "the Ceph test cluster did not start (install the packages with scripts/setup): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let conf = dir.join("ceph.conf");
-        Cluster { dir, conf }
-    }
-
-    fn rbd(&self, args: &[&str]) {
-        let out = Command::new("rbd")
-            .arg("-c")
-            .arg(&self.conf)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("rbd: {e}"));
-        assert!(
-            out.status.success(),
-            "rbd {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn opts(&self) -> OpenOptions {
-        OpenOptions {
-            rbd: RbdOptions {
-                ceph_conf: Some(self.conf.clone()),
-                ..Default::default()
-            },
+/// Options that open images of cluster `c`.
+fn opts(c: &CephCluster) -> OpenOptions {
+    OpenOptions {
+        rbd: RbdOptions {
+            ceph_conf: Some(c.conf().to_path_buf()),
             ..Default::default()
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("stop").arg(&self.dir).output();
+        },
+        ..Default::default()
     }
 }
 
@@ -150,8 +109,8 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 #[test]
 fn io_against_a_private_cluster() {
-    let c = Cluster::start("io");
-    let b = open_backend(&spec("img"), &c.opts()).unwrap_or_else(|e| panic!("open: {e}"));
+    let c = CephCluster::start("io", IMAGE_SIZE);
+    let b = open_backend(&spec("img"), &opts(&c)).unwrap_or_else(|e| panic!("open: {e}"));
     let info = b.info().clone();
     assert_eq!(info.size_bytes, 64 << 20);
     assert_eq!(info.block_size, 512);
@@ -330,8 +289,8 @@ fn io_against_a_private_cluster() {
 
 #[test]
 fn open_errors_name_the_image() {
-    let c = Cluster::start("errors");
-    let e = open_backend(&spec("missing"), &c.opts())
+    let c = CephCluster::start("errors", IMAGE_SIZE);
+    let e = open_backend(&spec("missing"), &opts(&c))
         .err()
         .unwrap_or_else(|| panic!("opened"));
     let msg = e.to_string();
@@ -344,7 +303,7 @@ fn open_errors_name_the_image() {
             pool: "nopool".into(),
             image: "img".into(),
         },
-        &c.opts(),
+        &opts(&c),
     )
     .err()
     .unwrap_or_else(|| panic!("opened"));
@@ -353,7 +312,7 @@ fn open_errors_name_the_image() {
         &spec("img"),
         &OpenOptions {
             block_size: Some(1000),
-            ..c.opts()
+            ..opts(&c)
         },
     )
     .err()
@@ -364,17 +323,103 @@ fn open_errors_name_the_image() {
         &spec("img"),
         &OpenOptions {
             block_size: Some(4096),
-            ..c.opts()
+            ..opts(&c)
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(b.info().block_size, 4096);
+    drop(b);
+
+    // ceph_options: an unknown name or a bad value fails the open, naming the option
+    // and the image but not the value.
+    for (key, value, why) in [
+        ("rados_osd_op_timout", "2", "not a Ceph option"),
+        ("rados_osd_op_timeout", "soon", "librados refused the value"),
+    ] {
+        let e = open_backend(&spec("img"), &with_options(opts(&c), &[(key, value)]))
+            .err()
+            .unwrap_or_else(|| panic!("opened with {key}={value}"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("rbd:rbd/img") && msg.contains(&format!("ceph_options: {key}: {why}")),
+            "{msg}"
+        );
+        assert!(!msg.contains(value), "the value is shown: {msg}");
+    }
+
+    // They are set after the configuration file is read: they override it.
+    let conf = std::env::temp_dir().join(format!("nvmf-rbd-unit-{}.conf", std::process::id()));
+    let text = std::fs::read_to_string(c.conf()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&conf, format!("{text}\n[client]\nrbd cache = false\n"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let from_file = OpenOptions {
+        rbd: RbdOptions {
+            ceph_conf: Some(conf.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let vwc = |o: &OpenOptions| {
+        open_backend(&spec("img"), o)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .info()
+            .volatile_write_cache
+    };
+    assert!(
+        !vwc(&from_file),
+        "the file's rbd cache = false was not read"
+    );
+    assert!(
+        vwc(&with_options(from_file, &[("rbd_cache", "true")])),
+        "ceph_options did not override the file"
+    );
+    let _ = std::fs::remove_file(conf);
+}
+
+/// `o` with `options` as its `ceph_options`.
+fn with_options(mut o: OpenOptions, options: &[(&str, &str)]) -> OpenOptions {
+    o.rbd.ceph_options = options
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    o
+}
+
+#[test]
+fn ceph_options_are_checked_without_a_cluster() {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        check_ceph_options(&map(&[
+            ("rados_osd_op_timeout", "30"),
+            ("rbd_cache", "false"),
+            // librados' own spelling with spaces works as in ceph.conf.
+            ("rados mon op timeout", "5"),
+        ])),
+        Ok(())
+    );
+    assert_eq!(
+        check_ceph_options(&map(&[("rbd_cache", "false"), ("rbd_cahce", "true")])),
+        Err("ceph_options: rbd_cahce: not a Ceph option".into())
+    );
+    assert_eq!(
+        check_ceph_options(&map(&[("rados_osd_op_timeout", "-5")])),
+        Err(
+            "ceph_options: rados_osd_op_timeout: librados refused the value (not valid for \
+             this option)"
+                .into()
+        )
+    );
 }
 
 #[test]
 fn blocklisted_client_gets_a_retryable_path_error() {
-    let c = Cluster::start("blocklist");
-    let b = open_backend(&spec("img"), &c.opts()).unwrap_or_else(|e| panic!("open: {e}"));
+    let c = CephCluster::start("blocklist", IMAGE_SIZE);
+    let b = open_backend(&spec("img"), &opts(&c)).unwrap_or_else(|e| panic!("open: {e}"));
     let mut ch = b.open_channel().unwrap_or_else(|e| panic!("{e}"));
     let buf = Arc::new(DmaBuffer::new(4096).unwrap_or_else(|| panic!("alloc")));
     let sl = || DmaSlice::new(buf.clone(), 0, 4096).unwrap_or_else(|| panic!("slice"));
@@ -389,29 +434,14 @@ fn blocklisted_client_gets_a_retryable_path_error() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     // Our client is the image's only watcher: fence it as a lock breaker would.
-    let out = Command::new("rbd")
-        .arg("-c")
-        .arg(&c.conf)
-        .args(["status", "rbd/img", "--format", "json"])
-        .output()
-        .unwrap_or_else(|e| panic!("rbd status: {e}"));
+    let out = c.rbd(&["status", "rbd/img", "--format", "json"]);
     let status: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("rbd status: {e}"));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("rbd status: {e}"));
     let addr = status["watchers"][0]["address"]
         .as_str()
         .unwrap_or_else(|| panic!("no watcher: {status}"))
         .to_string();
-    let out = Command::new("ceph")
-        .arg("-c")
-        .arg(&c.conf)
-        .args(["osd", "blocklist", "add", &addr])
-        .output()
-        .unwrap_or_else(|e| panic!("ceph osd blocklist: {e}"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.ceph(&["osd", "blocklist", "add", &addr]);
     let e = run(
         &mut *ch,
         2,

@@ -2,6 +2,11 @@
 //! and one memstore OSD on 127.0.0.1, under a temporary directory, stopped by PID when
 //! the [`CephCluster`] is dropped. Starting it FAILS the test with the reason (and the
 //! daemons' log tails) when it cannot start: the RBD tests are never skipped.
+//!
+//! One file for every crate that starts a cluster, included with `#[path]`: the RBD
+//! backend's unit tests (`target/src/backend/rbd/tests.rs`), the binary's tests
+//! (`target/tests/rbd_gateways.rs`) and the end-to-end tests (`tests/lib.rs`). It
+//! needs only std and `nvmf_common`, which all three have.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +25,7 @@ fn script() -> PathBuf {
 
 impl CephCluster {
     /// Starts a cluster whose pool `rbd` holds `rbd/img` of `image_size` (`64M`).
+    /// `name` keeps the clusters of one test process apart.
     pub fn start(name: &str, image_size: &str) -> CephCluster {
         let dir = std::env::temp_dir().join(format!("nvmf-ceph-{}-{name}", std::process::id()));
         let out = Command::new(script())
@@ -45,19 +51,31 @@ impl CephCluster {
         &self.conf
     }
 
-    /// Runs `rbd -c CONF ARGS...`, failing the test if it fails.
-    pub fn rbd(&self, args: &[&str]) {
-        let out = Command::new("rbd")
+    /// Runs `TOOL -c CONF ARGS...` (`rbd`, `ceph`) and returns its standard output,
+    /// failing the test if it fails.
+    fn run(&self, tool: &str, args: &[&str]) -> String {
+        let out = Command::new(tool)
             .arg("-c")
             .arg(&self.conf)
             .args(args)
             .output()
-            .unwrap_or_else(|e| panic!("rbd: {e}"));
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
         assert!(
             out.status.success(),
-            "rbd {args:?}: {}",
+            "{tool} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `rbd -c CONF ARGS...`, failing the test if it fails.
+    pub fn rbd(&self, args: &[&str]) -> String {
+        self.run("rbd", args)
+    }
+
+    /// Runs `ceph -c CONF ARGS...`, failing the test if it fails.
+    pub fn ceph(&self, args: &[&str]) -> String {
+        self.run("ceph", args)
     }
 
     /// The OSD's process id.
