@@ -48,6 +48,41 @@ pub(super) const SPIN_TIME: Duration = Duration::from_millis(1);
 pub(super) const WAIT_SLICE: Duration = Duration::from_millis(1);
 /// How often the loop checks the clock-driven conditions.
 pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
+/// A polling loop's idle time: it spins for [`SPIN_TIME`] after the last completion,
+/// then blocks; while spinning it reads the clock once in [`IDLE_CLOCK_EVERY`] passes.
+#[derive(Default)]
+pub(super) struct IdleSpin {
+    since: Option<Instant>,
+    passes: u32,
+}
+
+impl IdleSpin {
+    /// A pass that did work.
+    pub(super) fn busy(&mut self) {
+        self.since = None;
+        self.passes = 0;
+    }
+
+    /// A pass that did nothing: whether the loop has spun long enough to block (the
+    /// spin starts over after it).
+    pub(super) fn idle(&mut self) -> bool {
+        self.passes = self.passes.wrapping_add(1);
+        if self.since.is_some() && self.passes % IDLE_CLOCK_EVERY != 0 {
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now.duration_since(since) < SPIN_TIME {
+            return false;
+        }
+        self.busy();
+        true
+    }
+}
+
+/// A queue polled empty reads the clock (for housekeeping) once in this many polls: a
+/// spinning loop otherwise spends a good part of each pass in `clock_gettime`.
+const IDLE_CLOCK_EVERY: u32 = 32;
 /// Width of one bucket of the IOPS timeline.
 pub const TIMELINE_BUCKET: Duration = Duration::from_millis(100);
 /// Highest latency the histograms track (longer ones saturate): 10 minutes.
@@ -259,6 +294,8 @@ struct DriveState {
     next_housekeeping: Instant,
     /// Whether the commands left over from a broken queue were submitted again.
     resubmitted: bool,
+    /// Polls in a row that completed nothing (see [`IDLE_CLOCK_EVERY`]).
+    idle_polls: u32,
 }
 
 impl DriveState {
@@ -268,6 +305,7 @@ impl DriveState {
             stop_submit: false,
             next_housekeeping: Instant::now() + HOUSEKEEPING,
             resubmitted: false,
+            idle_polls: 0,
         }
     }
 }
@@ -481,17 +519,14 @@ pub fn run_job<Q: IoQueue>(
     recovery: Option<Recovery<'_>>,
 ) -> Result<JobOutcome, Error> {
     let mut runner = JobRunner::new(q, cfg, bufs, progress, stop, recovery)?;
-    let mut idle_since: Option<Instant> = None;
+    let mut spin = IdleSpin::default();
     loop {
         match runner.step() {
             Step::Done => break,
-            Step::Busy => idle_since = None,
+            Step::Busy => spin.busy(),
             Step::Idle => {
-                let now = Instant::now();
-                let since = *idle_since.get_or_insert(now);
-                if now.duration_since(since) >= SPIN_TIME {
+                if spin.idle() {
                     runner.wait(WAIT_SLICE);
-                    idle_since = None;
                 }
             }
         }
@@ -738,7 +773,7 @@ impl Job<'_> {
             st.resubmitted = true;
             self.resubmit_retries(q)?;
         }
-        if !st.stop_submit {
+        if !st.stop_submit && !self.free.is_empty() {
             let now = Instant::now();
             let mut submitted = 0usize;
             while let Some(&s) = self.free.last() {
@@ -763,14 +798,23 @@ impl Job<'_> {
         }
         st.comps.clear();
         let polled = q.poll(&mut st.comps);
-        let now = Instant::now();
-        for c in st.comps.iter() {
-            if self.finish(c, now, phase) {
-                self.free.push(c.tag as usize);
-            } else {
-                self.retry.push(c.tag as usize);
+        st.idle_polls = if st.comps.is_empty() {
+            st.idle_polls.wrapping_add(1)
+        } else {
+            0
+        };
+        // Completions need the time (idle_polls is 0 then); an empty poll reads it
+        // only now and then.
+        let now = (st.idle_polls % IDLE_CLOCK_EVERY == 0).then(Instant::now);
+        if let Some(now) = now {
+            for c in st.comps.iter() {
+                if self.finish(c, now, phase) {
+                    self.free.push(c.tag as usize);
+                } else {
+                    self.retry.push(c.tag as usize);
+                }
+                self.inflight = self.inflight.saturating_sub(1);
             }
-            self.inflight = self.inflight.saturating_sub(1);
         }
         // A protocol error leaves the queue broken: stop (the caller records it).
         polled?;
@@ -791,7 +835,7 @@ impl Job<'_> {
         if self.failed {
             st.stop_submit = true;
         }
-        if now >= st.next_housekeeping {
+        if let Some(now) = now.filter(|n| *n >= st.next_housekeeping) {
             st.next_housekeeping = now + HOUSEKEEPING;
             if phase == Phase::Main && self.cfg.end.is_some_and(|e| now >= e) {
                 st.stop_submit = true;

@@ -6,7 +6,7 @@
 //! thread never locks. Ordering: a pass calls [`JobRunner::step`] once on every live
 //! job (submit, flush, poll once, account); a job with nothing to reap costs one poll
 //! and does not hold the others up. Only when a whole pass reaped nothing for
-//! [`SPIN_TIME`] does the thread block, in one job's queue `wait` at a time, taking the
+//! [`SPIN_TIME`](super::job::SPIN_TIME) does the thread block, in one job's queue `wait` at a time, taking the
 //! jobs in turn, for a share of [`WAIT_SLICE`], so an idle thread sleeps and a woken
 //! queue is served within about one slice. With one job per thread this is exactly
 //! [`super::job::run_job`]'s loop.
@@ -19,10 +19,10 @@
 //! fails and the queue reconnects, as it would with one thread per job.
 
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::cpus::pin_current_thread;
-use super::job::{JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_SLICE};
+use super::job::{IdleSpin, JobConfig, JobOutcome, JobProgress, JobRunner, Step, WAIT_SLICE};
 use crate::error::Error;
 use crate::ioqueue::IoQueue;
 use crate::requeue::Recovery;
@@ -69,7 +69,7 @@ pub(super) fn poll_jobs<Q: IoQueue>(
             Err(e) => out.push((index, Err(e))),
         }
     }
-    let mut idle_since: Option<Instant> = None;
+    let mut spin = IdleSpin::default();
     let mut next_wait = 0usize;
     while !active.is_empty() {
         let mut busy = false;
@@ -91,19 +91,16 @@ pub(super) fn poll_jobs<Q: IoQueue>(
             }
         }
         if busy {
-            idle_since = None;
+            spin.busy();
             continue;
         }
-        let now = Instant::now();
-        let since = *idle_since.get_or_insert(now);
-        if now.duration_since(since) >= SPIN_TIME {
+        if spin.idle() {
             let n = active.len().max(1);
             let slice = (WAIT_SLICE / u32::try_from(n).unwrap_or(u32::MAX)).max(MIN_WAIT_SLICE);
             next_wait = (next_wait + 1) % n;
             if let Some(r) = active.get_mut(next_wait) {
                 r.wait(slice);
             }
-            idle_since = None;
         }
     }
     out
@@ -112,6 +109,7 @@ pub(super) fn poll_jobs<Q: IoQueue>(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Instant;
 
     use nvmf_common::types::{Cid, Nsid, Qid};
     use nvmf_common::verbs::DmaBuffer;

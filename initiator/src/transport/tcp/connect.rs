@@ -184,6 +184,7 @@ impl TcpHostQueue {
                 large_data: false,
             },
             dead: None,
+            empty: false,
         })
     }
 }

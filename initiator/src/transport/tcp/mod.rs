@@ -267,6 +267,9 @@ pub struct TcpHostQueue {
     rx_end: usize,
     conn: Conn,
     dead: Option<String>,
+    /// The last read found the socket empty: the next poll first asks whether data
+    /// arrived (see `socket.rs`).
+    empty: bool,
 }
 
 /// Describes a termination request from the controller.

@@ -4,6 +4,9 @@
 
 use std::io::ErrorKind;
 use std::net::Shutdown;
+use std::os::fd::AsFd;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use tracing::warn;
 
@@ -71,6 +74,18 @@ impl TcpHostQueue {
 
     /// Reads and handles what the socket has.
     pub(super) fn read_in(&mut self) -> Result<(), Fatal> {
+        // A poll loop that spins on `recv` finding nothing takes the socket's lock each
+        // time, and the softirq delivering the controller's data then queues it on the
+        // socket's backlog instead of the receive queue. `poll(2)` reads the socket's
+        // state without that lock: after an empty read, ask it first.
+        if self.empty && self.rx_start >= self.rx_end && !self.sock.buffered() {
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+                Ok(0) => return Ok(()),
+                // Ready, or poll itself failed: the read below tells which.
+                Ok(_) | Err(_) => {}
+            }
+        }
         let mut reads = 0;
         // The last read took what the socket had. A TLS read returns one record at
         // most, so a short one says nothing: TLS reads go on until `WouldBlock`.
@@ -131,6 +146,7 @@ impl TcpHostQueue {
                         }
                         Ok(n) => {
                             reads += 1;
+                            self.empty = false;
                             drained = n < want && !tls;
                             self.conn.direct.get_or_insert(d.received);
                             self.tcp.skip_data(n);
@@ -162,6 +178,7 @@ impl TcpHostQueue {
                 Ok(n) => {
                     self.rx_end = n;
                     reads += 1;
+                    self.empty = false;
                     drained = n < cap && !tls;
                 }
                 Err(e) => return self.read_error(e),
@@ -179,9 +196,13 @@ impl TcpHostQueue {
     }
 
     /// A failed socket read: nothing to read (or interrupted) is not an error.
-    fn read_error(&self, e: std::io::Error) -> Result<(), Fatal> {
+    fn read_error(&mut self, e: std::io::Error) -> Result<(), Fatal> {
         match e.kind() {
-            ErrorKind::WouldBlock | ErrorKind::Interrupted => Ok(()),
+            ErrorKind::WouldBlock => {
+                self.empty = true;
+                Ok(())
+            }
+            ErrorKind::Interrupted => Ok(()),
             ErrorKind::ConnectionReset => {
                 Err(Fatal::quiet("the controller reset the connection".into()))
             }
