@@ -196,8 +196,59 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(std::io::Error::from)
 }
 
+/// How long one cache line takes from CPU `a` to CPU `b` and back: two threads pinned
+/// there bounce an atomic `trips` times. On shared VMs this round trip changes by 5x
+/// for minutes at a time, and every cross-CPU benchmark follows it, so benchmarks
+/// measure it next to their figures (`nvmf-initiator cpu-round-trip`). Pinning that
+/// fails (a CPU the process may not use) leaves the thread where it is.
+pub fn cache_line_round_trip(a: usize, b: usize, trips: u64) -> std::time::Duration {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let line = Arc::new(AtomicU64::new(0));
+    let other = line.clone();
+    let pong = std::thread::spawn(move || {
+        let _ = pin_current_thread(b);
+        for i in 0..trips {
+            while other.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            other.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let ping = std::thread::spawn(move || {
+        let _ = pin_current_thread(a);
+        let start = std::time::Instant::now();
+        for i in 0..trips {
+            line.store(2 * i + 1, Ordering::Release);
+            while line.load(Ordering::Acquire) != 2 * i + 2 {
+                std::hint::spin_loop();
+            }
+        }
+        start.elapsed()
+    });
+    let took = ping.join().unwrap_or_default();
+    let _ = pong.join();
+    took / u32::try_from(trips.max(1)).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cache_line_round_trip_takes_time_and_ends() {
+        let cpus = allowed_cpus().unwrap_or_default();
+        let (a, b) = (
+            cpus.first().copied().unwrap_or(0),
+            cpus.last().copied().unwrap_or(0),
+        );
+        // Two threads on one CPU still finish (they take turns), only slower.
+        let t = cache_line_round_trip(a, b, 1000);
+        assert!(t > std::time::Duration::ZERO, "{t:?}");
+        assert!(
+            t < std::time::Duration::from_millis(10),
+            "{t:?} per round trip"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -110,6 +110,10 @@ pub enum Command {
     /// Write man pages and shell completions into DIR (packaging).
     #[command(hide = true)]
     GenDocs { dir: std::path::PathBuf },
+    /// Print how many nanoseconds a cache line takes from CPU A to CPU B and back
+    /// (benchmarks record it: on shared VMs it changes for minutes at a time).
+    #[command(hide = true)]
+    CpuRoundTrip { a: usize, b: usize },
 }
 
 /// A CLI failure with its exit code.
@@ -157,6 +161,9 @@ fn init_logging(verbose: u8) {
         .try_init();
 }
 
+/// Round trips `cpu-round-trip` times (about 0.1 s at 50 ns, 0.3 s at 300 ns).
+const CPU_ROUND_TRIPS: u64 = 1_000_000;
+
 /// `gen-docs DIR`: man pages and completions from this command line's definition.
 fn gen_docs(dir: &std::path::Path) -> CliResult {
     for f in nvmf_common::cli_docs::write(Cli::command(), dir)? {
@@ -201,6 +208,11 @@ pub fn main() -> ExitCode {
         Command::Compare(a) => ns_cmd::compare(a),
         Command::NsDescs(a) => ns_cmd::ns_descs(a, cli.verbose > 0),
         Command::GenDocs { dir } => gen_docs(dir),
+        Command::CpuRoundTrip { a, b } => {
+            let t = nvmf_common::cpus::cache_line_round_trip(*a, *b, CPU_ROUND_TRIPS);
+            println!("{}", t.as_nanos());
+            Ok(())
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -209,30 +209,5 @@ const ROUND_TRIPS: u64 = 1_000_000;
 /// Nanoseconds for one cache line to go from CPU `a` to CPU `b` and back: two pinned
 /// threads take turns incrementing one atomic.
 fn round_trip_ns(a: usize, b: usize) -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let line = std::sync::Arc::new(AtomicU64::new(0));
-    let other = line.clone();
-    let pong = std::thread::spawn(move || {
-        let _ = nvmf_common::cpus::pin_current_thread(b);
-        for i in 0..ROUND_TRIPS {
-            while other.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
-            }
-            other.store(2 * i + 2, Ordering::Release);
-        }
-    });
-    let mine = std::thread::spawn(move || {
-        let _ = nvmf_common::cpus::pin_current_thread(a);
-        let start = std::time::Instant::now();
-        for i in 0..ROUND_TRIPS {
-            line.store(2 * i + 1, Ordering::Release);
-            while line.load(Ordering::Acquire) != 2 * i + 2 {
-                std::hint::spin_loop();
-            }
-        }
-        start.elapsed()
-    });
-    let took = mine.join().unwrap_or_default();
-    let _ = pong.join();
-    took.as_nanos() as f64 / ROUND_TRIPS as f64
+    nvmf_common::cpus::cache_line_round_trip(a, b, ROUND_TRIPS).as_nanos() as f64
 }
