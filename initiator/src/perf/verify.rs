@@ -79,9 +79,13 @@ impl VerifyAlg {
     fn digest(self, head: &[u8], rest: &[u8]) -> Vec<u8> {
         match self {
             VerifyAlg::Pattern => Vec::new(),
-            VerifyAlg::Crc32c => crc32c::crc32c_append(crc32c::crc32c(head), rest)
-                .to_le_bytes()
-                .to_vec(),
+            VerifyAlg::Crc32c => {
+                let mut h = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+                h.update(head);
+                h.update(rest);
+                // A 32-bit CRC: the u64 holds it in its low half.
+                (h.finalize() as u32).to_le_bytes().to_vec()
+            }
             VerifyAlg::Crc32 => {
                 let mut h = crc32fast::Hasher::new();
                 h.update(head);
