@@ -67,7 +67,7 @@ impl IdleSpin {
     /// spin starts over after it).
     pub(super) fn idle(&mut self) -> bool {
         self.passes = self.passes.wrapping_add(1);
-        if self.since.is_some() && self.passes % IDLE_CLOCK_EVERY != 0 {
+        if self.since.is_some() && !self.passes.is_multiple_of(IDLE_CLOCK_EVERY) {
             return false;
         }
         let now = Instant::now();
@@ -805,7 +805,10 @@ impl Job<'_> {
         };
         // Completions need the time (idle_polls is 0 then); an empty poll reads it
         // only now and then.
-        let now = (st.idle_polls % IDLE_CLOCK_EVERY == 0).then(Instant::now);
+        let now = st
+            .idle_polls
+            .is_multiple_of(IDLE_CLOCK_EVERY)
+            .then(Instant::now);
         if let Some(now) = now {
             for c in st.comps.iter() {
                 if self.finish(c, now, phase) {

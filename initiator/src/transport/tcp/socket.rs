@@ -80,10 +80,9 @@ impl TcpHostQueue {
         // state without that lock: after an empty read, ask it first.
         if self.empty && self.rx_start >= self.rx_end && !self.sock.buffered() {
             let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
-                Ok(0) => return Ok(()),
-                // Ready, or poll itself failed: the read below tells which.
-                Ok(_) | Err(_) => {}
+            // Ready, or poll itself failed: the read below tells which.
+            if let Ok(0) = nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+                return Ok(());
             }
         }
         let mut reads = 0;
