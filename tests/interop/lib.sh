@@ -197,3 +197,26 @@ tls_peers() {
   sleep 1
   kill -0 "$(cat "$LOG/tlshd.pid")" 2>/dev/null || { cat "$LOG/tlshd.log"; echo "FAIL: tlshd did not start"; exit 1; }
 }
+
+# path_of TRSVCID: the hidden path disk (nvmeXcYnZ) of the controller of subsystem $NQN
+# (the case's) connected to TRSVCID, under native multipath.
+path_of() {
+  for _c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$_c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+    grep -q "trsvcid=$1" "$_c/address" 2>/dev/null || continue
+    for _p in "$_c"/nvme*c*n1; do [ -e "$_p" ] && { basename "$_p"; return 0; }; done
+  done
+  return 1
+}
+
+# wait_ana TRSVCID STATE [SECS]: waits until that path's ana_state is STATE.
+wait_ana() {
+  _n=$(( ${3:-30} * 5 ))
+  while [ "$_n" -gt 0 ]; do
+    _p=$(path_of "$1") && [ "$(cat "/sys/block/$_p/ana_state" 2>/dev/null)" = "$2" ] && return 0
+    sleep 0.2
+    _n=$((_n - 1))
+  done
+  echo "path to $1 is '$(cat "/sys/block/$(path_of "$1")/ana_state" 2>/dev/null)', not $2" >&2
+  return 1
+}
