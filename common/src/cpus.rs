@@ -240,11 +240,12 @@ mod tests {
             cpus.first().copied().unwrap_or(0),
             cpus.last().copied().unwrap_or(0),
         );
-        // Two threads on one CPU still finish (they take turns), only slower.
-        let t = cache_line_round_trip(a, b, 1000);
+        // Two threads on one CPU, or on CPUs other tests keep busy, still finish (they
+        // take turns, a scheduler time slice at worst), only slower: the bound is loose.
+        let t = cache_line_round_trip(a, b, 200);
         assert!(t > std::time::Duration::ZERO, "{t:?}");
         assert!(
-            t < std::time::Duration::from_millis(10),
+            t < std::time::Duration::from_millis(50),
             "{t:?} per round trip"
         );
     }
