@@ -187,12 +187,13 @@ impl Connection {
         }
     }
 
-    /// Counts `n` data bytes the driver put where they belong (see
+    /// Counts the data bytes `data` the driver put where they belong (see
     /// [`PduReader::skip_data`]); returns how many were counted. Once the PDU is
-    /// complete, [`read`](Connection::read) with no input hands it out.
-    pub fn skip_data(&mut self, n: usize) -> usize {
+    /// complete, [`read`](Connection::read) hands it out (with no input, or with the
+    /// data digest's bytes when the PDU has one).
+    pub fn skip_data(&mut self, data: &[u8]) -> usize {
         match self.state {
-            State::Established => self.reader.skip_data(n),
+            State::Established => self.reader.skip_data(data),
             _ => 0,
         }
     }

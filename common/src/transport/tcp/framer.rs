@@ -1,6 +1,7 @@
 //! The receive side: bytes in arbitrary chunks in, validated PDUs out.
 
 use super::negotiate::{accept_icreq, accept_icresp, ConfigError};
+use super::DataDigester;
 use super::Role;
 use super::{data_digest, encode_term_req, header_digest, pda_bytes, type_info, Kind};
 use super::{ControllerConfig, FramerError, HostConfig, IcReqParams, IcRespParams, Negotiated};
@@ -180,6 +181,10 @@ pub struct PduReader {
     stage: Stage,
     frame: Frame,
     digest_error: Option<FramerError>,
+    /// The data digest of the current PDU's data so far, once part of the data was
+    /// received elsewhere ([`skip_data`](PduReader::skip_data)): the buffer then
+    /// lacks those bytes.
+    skipped_digest: Option<DataDigester>,
     error: Option<FramerError>,
     error_header_len: usize,
 }
@@ -211,6 +216,7 @@ impl PduReader {
             stage: Stage::Common,
             frame: Frame::EMPTY,
             digest_error: None,
+            skipped_digest: None,
             error: None,
             error_header_len: 0,
         }
@@ -241,15 +247,14 @@ impl PduReader {
     }
 
     /// The data PDU (H2CData or C2HData) whose data is being collected, once its
-    /// header passed every check, when it has no data digest: the caller may then
+    /// header passed every check and until its last data byte: the caller may then
     /// receive the rest of its data straight where it belongs and account for it with
-    /// [`skip_data`](PduReader::skip_data) instead of feeding it.
+    /// [`skip_data`](PduReader::skip_data) instead of feeding it. A data digest that
+    /// follows is fed as usual, and checked against the digest of the data as it was
+    /// fed and skipped.
     pub fn data_in_progress(&self) -> Option<DataProgress> {
         let f = &self.frame;
-        let collecting = self.error.is_none()
-            && self.skippable()
-            && self.filled >= f.data_start
-            && self.filled < f.plen;
+        let collecting = self.error.is_none() && self.skippable() && self.filled >= f.data_start;
         if !collecting {
             return None;
         }
@@ -263,24 +268,42 @@ impl PduReader {
         })
     }
 
-    /// Counts the next `n` data bytes of the PDU [`data_in_progress`] describes as
-    /// received, without being given them (the caller put them where they belong).
-    /// Returns how many were counted: at most what the data still lacks, 0 when no
-    /// such PDU is in progress. The PDU's data as handed out later holds only its first
-    /// [`DataProgress::received`] bytes (at the first skip); the rest of the slice is
-    /// stale.
+    /// Counts the next data bytes of the PDU [`data_in_progress`] describes as
+    /// received: `data` are those bytes where the caller put them (the reader does not
+    /// keep them; with a data digest it digests them). Returns how many were counted:
+    /// at most what the data still lacks, 0 when no such PDU is in progress. The PDU's
+    /// data as handed out later holds only its first [`DataProgress::received`] bytes
+    /// (at the first skip); the rest of the slice is stale.
     ///
     /// [`data_in_progress`]: PduReader::data_in_progress
-    pub fn skip_data(&mut self, n: usize) -> usize {
-        if self.data_in_progress().is_none() {
+    pub fn skip_data(&mut self, data: &[u8]) -> usize {
+        let Some(d) = self.data_in_progress() else {
             return 0;
+        };
+        let take = data.len().min(d.len - d.received);
+        if self.frame.ddgst {
+            let f = self.frame;
+            let have = get_bytes(&self.buf, f.data_start..self.filled);
+            let digest = self.skipped_digest.get_or_insert_with(|| {
+                let mut dg = DataDigester::new();
+                dg.update(have);
+                dg
+            });
+            digest.update(data.get(..take).unwrap_or(&[]));
         }
-        let take = n.min(self.frame.plen - self.filled);
         self.filled += take;
         if self.filled == self.frame.plen {
             self.on_payload();
         }
         take
+    }
+
+    /// Starts the next PDU once the last one was handed out.
+    fn next_pdu(&mut self) {
+        self.filled = 0;
+        self.digest_error = None;
+        self.skipped_digest = None;
+        self.stage = Stage::Common;
     }
 
     /// Whether part of a PDU has been fed but not completed (an end of stream now
@@ -330,9 +353,7 @@ impl PduReader {
         bytes: &'a [u8],
     ) -> (usize, Option<Result<Pdu<'a>, FramerError>>) {
         if self.stage == Stage::Taken {
-            self.filled = 0;
-            self.digest_error = None;
-            self.stage = Stage::Common;
+            self.next_pdu();
         }
         if self.error.is_none() && self.stage == Stage::Common && self.filled == 0 {
             if let Some(done) = self.read_in_place(bytes) {
@@ -349,11 +370,13 @@ impl PduReader {
     /// (see [`data_in_progress`](PduReader::data_in_progress)).
     fn skippable(&self) -> bool {
         let f = &self.frame;
+        let data_end = f.data_start + f.data_len;
+        let ddgst = if f.ddgst { DIGEST_LEN } else { 0 };
         self.stage == Stage::Payload
             && matches!(f.kind, Kind::H2CData | Kind::C2HData)
-            && !f.ddgst
             && f.data_len > 0
-            && f.data_start + f.data_len == f.plen
+            && data_end + ddgst == f.plen
+            && self.filled < data_end
     }
 
     fn feed_inner(&mut self, bytes: &[u8], stop_at_data: bool) -> Result<usize, FramerError> {
@@ -364,11 +387,7 @@ impl PduReader {
         loop {
             match self.stage {
                 Stage::Ready => return Ok(used),
-                Stage::Taken => {
-                    self.filled = 0;
-                    self.digest_error = None;
-                    self.stage = Stage::Common;
-                }
+                Stage::Taken => self.next_pdu(),
                 Stage::Common | Stage::Header | Stage::Payload => {}
             }
             let want = match self.stage {
@@ -385,7 +404,19 @@ impl PduReader {
                     self.buf.get_mut(self.filled..self.filled + n),
                     rest.get(..n),
                 ) {
-                    (Some(dst), Some(src)) => dst.copy_from_slice(src),
+                    (Some(dst), Some(src)) => {
+                        dst.copy_from_slice(src);
+                        // Data fed after some was skipped: the buffer will not hold
+                        // it all, so the digest goes on over it here.
+                        if let Some(dg) = self.skipped_digest.as_mut() {
+                            let f = &self.frame;
+                            let from = self.filled.max(f.data_start);
+                            let to = (self.filled + n).min(f.data_start + f.data_len);
+                            if from < to {
+                                dg.update(get_bytes(&self.buf, from..to));
+                            }
+                        }
+                    }
                     _ => {
                         let e = FramerError::header(offset::PLEN, "PDU longer than the buffer");
                         return Err(self.fail(e));
@@ -444,9 +475,7 @@ impl PduReader {
         bytes: &'a [u8],
     ) -> (usize, Option<Result<Pdu<'a>, FramerError>>) {
         if self.stage == Stage::Taken {
-            self.filled = 0;
-            self.digest_error = None;
-            self.stage = Stage::Common;
+            self.next_pdu();
         }
         if self.error.is_none() && self.stage == Stage::Common && self.filled == 0 {
             if let Some(done) = self.read_in_place(bytes) {
@@ -474,7 +503,7 @@ impl PduReader {
         }
         let pdu = bytes.get(..f.plen)?;
         check_header(&f, pdu).ok()?;
-        let out = match data_digest_error(&f, pdu) {
+        let out = match data_digest_error(&f, pdu, None) {
             Some(e) => Err(e),
             None => Ok(parse(&f, pdu)),
         };
@@ -706,7 +735,8 @@ impl PduReader {
     }
 
     fn on_payload(&mut self) {
-        self.digest_error = data_digest_error(&self.frame, &self.buf);
+        let skipped = self.skipped_digest.take().map(|dg| dg.value());
+        self.digest_error = data_digest_error(&self.frame, &self.buf, skipped);
         self.stage = Stage::Ready;
     }
 
@@ -737,13 +767,16 @@ fn check_header(f: &Frame, pdu: &[u8]) -> Result<(), FramerError> {
     Ok(())
 }
 
-/// The data digest check of a complete PDU (`pdu` holds its `f.plen` bytes).
-fn data_digest_error(f: &Frame, pdu: &[u8]) -> Option<FramerError> {
+/// The data digest check of a complete PDU (`pdu` holds its `f.plen` bytes; its data
+/// unless `skipped` is the digest of the data, part of which was received elsewhere).
+fn data_digest_error(f: &Frame, pdu: &[u8], skipped: Option<u32>) -> Option<FramerError> {
     if !f.ddgst {
         return None;
     }
-    let data = get_bytes(pdu, f.data_start..f.data_start + f.data_len);
-    let computed = data_digest(data);
+    let computed = match skipped {
+        Some(d) => d,
+        None => data_digest(get_bytes(pdu, f.data_start..f.data_start + f.data_len)),
+    };
     let received = get_u32(pdu, f.plen.saturating_sub(DIGEST_LEN)..f.plen);
     (received != computed).then(|| FramerError::DataDigest {
         pdu_type: pdu.first().copied().unwrap_or(0),

@@ -1033,22 +1033,17 @@ fn data_received_elsewhere_is_skipped() {
         let mut wire = Vec::new();
         p.cw.c2h_data(0x33, 4096, &data, true, false, &mut wire)
             .unwrap();
-        let head = wire.len() - data.len() - if ddgst { 4 } else { 0 };
+        let ddgst_len = if ddgst { 4 } else { 0 };
+        let head = wire.len() - data.len() - ddgst_len;
         p.cw.capsule_resp(&cqe(0x33), &mut wire).unwrap();
         let mut r = p.host;
         // Nothing to skip before the header (and padding) is in.
         assert_eq!(r.feed(&wire[..head - 1]), Ok(head - 1));
         assert_eq!(r.data_in_progress(), None);
-        assert_eq!(r.skip_data(10), 0);
+        assert_eq!(r.skip_data(&data[..10]), 0);
         // Header and 100 data bytes fed.
         assert_eq!(r.feed(&wire[head - 1..head + 100]), Ok(101));
         assert!(r.poll().is_none());
-        if ddgst {
-            // The digest needs the bytes: no skipping.
-            assert_eq!(r.data_in_progress(), None);
-            assert_eq!(r.skip_data(10), 0);
-            continue;
-        }
         let d = r.data_in_progress().unwrap();
         assert_eq!(
             d,
@@ -1060,10 +1055,20 @@ fn data_received_elsewhere_is_skipped() {
                 len: 5000
             }
         );
-        assert_eq!(r.skip_data(1000), 1000);
+        assert_eq!(r.skip_data(&data[100..1100]), 1000);
         assert_eq!(r.data_in_progress().unwrap().received, 1100);
-        assert_eq!(r.skip_data(10_000), 3900);
+        // More than the data lacks: only what it lacks is counted.
+        let mut beyond = data[1100..].to_vec();
+        beyond.extend_from_slice(&[0xEE; 100]);
+        assert_eq!(r.skip_data(&beyond), 3900);
         assert_eq!(r.data_in_progress(), None);
+        // A data digest still has to come in; it is read as usual.
+        let mut at = head + 5000;
+        if ddgst {
+            assert!(r.poll().is_none());
+            assert_eq!(r.feed(&wire[at..at + 4]), Ok(4));
+            at += 4;
+        }
         match r.poll() {
             Some(Ok(Pdu::C2HData {
                 cid: 0x33,
@@ -1078,9 +1083,66 @@ fn data_received_elsewhere_is_skipped() {
             other => panic!("{other:?}"),
         }
         // The stream goes on after the skipped data.
-        let rest = &wire[head + 5000..];
+        let rest = &wire[at..];
         let (n, next) = r.read(rest);
         assert_eq!(n, rest.len());
+        assert!(matches!(next, Some(Ok(Pdu::CapsuleResp { .. }))));
+    }
+}
+
+/// With a data digest, the digest is checked over the data as it was fed and skipped,
+/// in any mix: a corrupt byte in the data put elsewhere, or in the data fed after a
+/// skip, is a data digest error, and the stream goes on.
+#[test]
+fn skipped_data_is_digested() {
+    let data = pattern(9000, 3);
+    // (bytes fed before skipping, bytes skipped, corrupt byte in the skipped part,
+    //  corrupt byte in what is fed afterwards)
+    for (fed, skipped, bad_skip, bad_fed) in [
+        (0, 9000, None, None),
+        (0, 9000, Some(8999), None),
+        (123, 8877, Some(0), None),
+        (500, 4000, None, None),
+        (500, 4000, None, Some(8000)),
+        (500, 4000, Some(3000), None),
+    ] {
+        let p = pair(digests(false, true).0, digests(false, true).1);
+        let mut wire = Vec::new();
+        p.cw.c2h_data(0x21, 0, &data, true, false, &mut wire)
+            .unwrap();
+        let head = wire.len() - data.len() - 4;
+        p.cw.capsule_resp(&cqe(0x21), &mut wire).unwrap();
+        let mut r = p.host;
+        assert_eq!(r.feed(&wire[..head + fed]), Ok(head + fed));
+        assert_eq!(r.data_in_progress().unwrap().received, fed);
+        // What the caller put elsewhere, possibly damaged on the way.
+        let mut elsewhere = data[fed..fed + skipped].to_vec();
+        if let Some(i) = bad_skip {
+            elsewhere[i - fed.min(i)] ^= 0x40;
+        }
+        assert_eq!(r.skip_data(&elsewhere), skipped);
+        // The rest (and the digest) fed as usual, possibly damaged.
+        let mut rest = wire[head + fed + skipped..].to_vec();
+        if let Some(i) = bad_fed {
+            rest[i - fed - skipped] ^= 0x01;
+        }
+        let mut at = 0;
+        let first = loop {
+            let n = r.feed(&rest[at..]).unwrap();
+            at += n;
+            if let Some(out) = r.poll() {
+                break out.map(|pdu| pdu.pdu_type());
+            }
+            assert!(n > 0, "stuck");
+        };
+        let bad = bad_skip.is_some() || bad_fed.is_some();
+        match first {
+            Ok(t) => assert!(!bad && t == pdu_type::C2H_DATA, "{fed} {skipped}: {t}"),
+            Err(FramerError::DataDigest { cid, .. }) => assert!(bad && cid == 0x21),
+            Err(e) => panic!("{e:?}"),
+        }
+        let (n, next) = r.read(&rest[at..]);
+        assert_eq!(n, rest.len() - at);
         assert!(matches!(next, Some(Ok(Pdu::CapsuleResp { .. }))));
     }
 }

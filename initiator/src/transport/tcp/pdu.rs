@@ -14,6 +14,11 @@ use super::{describe_term, Cmd, Conn, DataDir, Fatal, DATA_DIGEST_STATUS, DIRECT
 impl Conn {
     /// What the connection made of one PDU.
     pub(super) fn on_event(&mut self, ev: Event<'_>) -> Result<(), Fatal> {
+        if !matches!(ev, Event::Pdu(_)) {
+            // A PDU that failed its digest (or a dead connection): whatever was
+            // received straight into a buffer is dropped with the rest of it.
+            self.direct = None;
+        }
         match ev {
             Event::Pdu(pdu) => self.on_pdu(pdu),
             Event::DataDigest {

@@ -102,9 +102,9 @@ impl TcpHostQueue {
                         let n = dst.len().min(input.len());
                         if let (Some(to), Some(from)) = (dst.get_mut(..n), input.get(..n)) {
                             to.copy_from_slice(from);
+                            self.tcp.skip_data(to);
                         }
                         self.conn.direct.get_or_insert(d.received);
-                        self.tcp.skip_data(n);
                         self.rx_start += n;
                         self.take_ready()?;
                         continue;
@@ -147,8 +147,8 @@ impl TcpHostQueue {
                             reads += 1;
                             self.empty = false;
                             drained = n < want && !tls;
+                            self.tcp.skip_data(dst.get(..n).unwrap_or(&[]));
                             self.conn.direct.get_or_insert(d.received);
-                            self.tcp.skip_data(n);
                             self.take_ready()?;
                             continue;
                         }
