@@ -18,6 +18,7 @@ use nvmf_common::wire::fabrics::{cattr, reg};
 use nvmf_common::wire::identify::{sgls, IdentifyController};
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_common::wire::status::{generic, Sct};
+use nvmf_common::wire::tcp::term_fes;
 use nvmf_initiator::command;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions as HostOptions};
 use nvmf_initiator::transport::Fabric;
@@ -258,6 +259,70 @@ fn digests_negotiated_and_used() {
         h.recv(),
         Rx::Err(FramerError::UnsupportedParameter { .. })
     ));
+}
+
+/// H2CData that arrives a few KiB at a time is received straight into its command's
+/// pool buffer (from the receive buffer, then by socket reads into it), with and
+/// without data digests: the data lands whole; a flipped data byte under a data digest
+/// fails only its command (Transient Transport Error) and writes nothing; a split PDU
+/// that is not the next data of its R2T window still ends the connection with Data
+/// Transfer Out of Range, as a whole one does.
+#[test]
+fn h2c_data_in_pieces_is_received_in_place() {
+    const NLB: u32 = 128;
+    let len = (NLB * BS) as usize;
+    let s = server(PollMode::Adaptive, 1, TcpOptions::default());
+    let trickle = |io: &mut RawTcp, pdu: &[u8]| {
+        for part in pdu.chunks(5000) {
+            io.send(part);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    for ddgst in [false, true] {
+        let cfg = HostConfig {
+            data_digest: ddgst,
+            ..HostConfig::default()
+        };
+        let (_admin, mut io) = io_pair(&s, cfg, 0);
+        let old = pattern(len, 1);
+        assert!(io.write_r2t(1000, &old).0.is_success());
+        for (round, damage) in [(2u8, None), (3, Some(len / 3)), (4, None)] {
+            let new = pattern(len, round);
+            let (cid, ttag, r2tl) = io.start_r2t_write(1000, NLB);
+            assert_eq!(r2tl as usize, len, "one R2T for the whole write");
+            let mut pdu = Vec::new();
+            io.writer()
+                .h2c_data(cid, ttag, 0, &new, true, &mut pdu)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let head = pdu.len() - len - if ddgst { 4 } else { 0 };
+            let damage = damage.filter(|_| ddgst);
+            if let Some(i) = damage {
+                pdu[head + i] ^= 0x20;
+            }
+            trickle(&mut io, &pdu);
+            let st = status_of(&io.expect_resp(cid));
+            let now = io.read(1000, NLB).1;
+            if damage.is_some() {
+                assert!(
+                    st.is(Sct::Generic, generic::TRANSIENT_TRANSPORT_ERROR),
+                    "{st:?}"
+                );
+                assert!(now != new, "data that failed its digest was written");
+            } else {
+                assert!(st.is_success(), "ddgst {ddgst} round {round}: {st:?}");
+                assert!(now == new, "ddgst {ddgst} round {round}: the data differs");
+            }
+        }
+        // DATAO 512 where the window expects 0, the data arriving in pieces.
+        let (cid, ttag, _) = io.start_r2t_write(2000, NLB);
+        let mut pdu = Vec::new();
+        io.writer()
+            .h2c_data(cid, ttag, 512, &vec![7u8; len - 512], true, &mut pdu)
+            .unwrap_or_else(|e| panic!("{e}"));
+        trickle(&mut io, &pdu);
+        io.expect_term(term_fes::DATA_OUT_OF_RANGE, 0);
+    }
+    assert_healthy(&s);
 }
 
 #[test]

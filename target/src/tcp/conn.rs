@@ -15,13 +15,15 @@ use nix::sys::epoll::EpollFlags;
 use tracing::{debug, warn};
 
 use nvmf_common::tls::Socket;
-use nvmf_common::transport::tcp::{Connection, Event, FramerError, Negotiated, Pdu, PduWriter};
+use nvmf_common::transport::tcp::{Connection, DataProgress, Event, FramerError};
+use nvmf_common::transport::tcp::{Negotiated, Pdu, PduWriter};
 use nvmf_common::wire::sqe::SQE_LEN;
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::{
     offset, pdu_type, term_fes, term_fes_name, DataPdu, CMD_HDR_LEN, DATA_HDR_LEN, HDR_LEN,
 };
 
+use super::direct;
 use super::poll_group::TcpTransport;
 use super::tx::{TxQueue, ZERO_COPY_MIN};
 use crate::backend::DmaSlice;
@@ -48,6 +50,22 @@ impl TcpSlot {
         self.windows.clear();
         self.failed = None;
     }
+
+    /// The status the command completes with because its data failed a digest.
+    pub fn failed(&self) -> Option<Status> {
+        self.failed
+    }
+
+    /// The outstanding R2T window that data at `datao..end` continues (starts at
+    /// its next expected offset and ends within it).
+    fn window_of(&self, datao: u32, end: u32) -> Option<usize> {
+        self.windows.iter().position(|w| w.0 == datao && end <= w.1)
+    }
+
+    /// Whether data at `datao..end` continues an outstanding R2T window.
+    pub fn continues_window(&self, datao: u32, end: u32) -> bool {
+        self.window_of(datao, end).is_some()
+    }
 }
 
 /// The transport part of a queue: one connection.
@@ -68,6 +86,10 @@ pub struct Conn {
     pub(super) tx: TxQueue,
     /// The epoll interest registered for the socket.
     pub(super) interest: EpollFlags,
+    /// The H2CData PDU being read is received in place ([`super::direct`]): the
+    /// number of its data bytes the framer held when that started (the handler copies
+    /// only those).
+    pub(super) direct: Option<usize>,
 }
 
 /// An error the transport finds in a PDU the framer accepted (an H2CData naming no
@@ -86,14 +108,32 @@ fn transient_transport_error() -> Status {
 }
 
 impl TcpTransport {
-    /// Feeds bytes to the connection and runs each complete PDU.
+    /// Feeds bytes to the connection and runs each complete PDU. A PDU that lies whole
+    /// in `input` is checked and handled where it is; the data of an H2CData PDU that
+    /// does not goes straight into its command's buffer ([`super::direct`]).
     pub(super) fn on_bytes(&mut self, rt: &mut Runtime<Self>, ci: u16, mut input: &[u8]) {
         let Some(mut conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.take()) else {
             return;
         };
         loop {
-            // A PDU that lies whole in `input` is checked and handled where it is.
-            let (used, out) = conn.read(input, |ev| self.on_event(rt, ci, ev));
+            let progress = conn.data_in_progress();
+            let dst = progress.and_then(|d| Some((direct::direct_dst(rt, ci, &d, 0)?, d)));
+            let (used, out) = match dst {
+                Some((dst, d)) => {
+                    let to = direct::dst_bytes(&dst);
+                    let n = to.len().min(input.len());
+                    if let (Some(to), Some(from)) = (to.get_mut(..n), input.get(..n)) {
+                        to.copy_from_slice(from);
+                        direct::placed(rt, ci, &mut conn, &d, to);
+                    }
+                    // The PDU, when that completed it (and no data digest follows).
+                    let (_, out) = conn.read(&[], |ev| self.on_event(rt, ci, ev));
+                    (n, out)
+                }
+                // Not for a command's buffer: the ordinary path reports it.
+                None if progress.is_some() => conn.read(input, |ev| self.on_event(rt, ci, ev)),
+                None => conn.read_to_data(input, |ev| self.on_event(rt, ci, ev)),
+            };
             input = input.get(used..).unwrap_or(&[]);
             if let Some(Err(e)) = out {
                 return self.fatal_term(rt, ci, &mut conn, e);
@@ -102,12 +142,36 @@ impl TcpTransport {
             if q.dead {
                 return;
             }
-            if out.is_none() || input.is_empty() {
+            if input.is_empty() || (out.is_none() && used == 0) {
                 break;
             }
         }
         if let Some(q) = rt.queue_mut(ci) {
             q.t.conn = Some(conn);
+        }
+    }
+
+    /// Accounts for data a socket read put straight into its command's buffer
+    /// ([`super::direct`]) and runs the PDU when that completed it.
+    pub(super) fn on_placed(
+        &mut self,
+        rt: &mut Runtime<Self>,
+        ci: u16,
+        d: &DataProgress,
+        placed: &[u8],
+    ) {
+        let Some(mut conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.take()) else {
+            return;
+        };
+        direct::placed(rt, ci, &mut conn, d, placed);
+        let (_, out) = conn.read(&[], |ev| self.on_event(rt, ci, ev));
+        if let Some(Err(e)) = out {
+            return self.fatal_term(rt, ci, &mut conn, e);
+        }
+        if let Some(q) = rt.queue_mut(ci) {
+            if !q.dead {
+                q.t.conn = Some(conn);
+            }
         }
     }
 
@@ -355,6 +419,7 @@ impl TcpTransport {
         let Some(q) = rt.queue_mut(ci) else {
             return Ok(());
         };
+        let direct = q.t.direct.take();
         let waiting = q.slots.get(usize::from(ttag)).map(|s| {
             (
                 s.state == ReqState::TransferringHostToController,
@@ -391,12 +456,10 @@ impl TcpTransport {
             return Ok(());
         };
         let end = datao.checked_add(datal);
-        let win = slot.t.windows.iter().position(|w| w.0 == datao);
-        let (wi, end) = match (win, end) {
-            (Some(wi), Some(end)) if slot.t.windows.get(wi).is_some_and(|w| end <= w.1) => {
-                (wi, end)
-            }
-            _ => {
+        let win = end.and_then(|end| Some((slot.t.window_of(datao, end)?, end)));
+        let (wi, end) = match win {
+            Some(w) => w,
+            None => {
                 let windows = format!("{:?}", slot.t.windows);
                 return Err(ProtocolError {
                     fes: term_fes::DATA_OUT_OF_RANGE,
@@ -408,7 +471,14 @@ impl TcpTransport {
             }
         };
         match data {
-            Some(d) if slot.t.failed.is_none() => slot.req.write_data(datao as usize, d),
+            Some(d) if slot.t.failed.is_none() => {
+                // Received in place (see `direct`): all but the first bytes are there.
+                let d = match direct {
+                    Some(k) => d.get(..k).unwrap_or(d),
+                    None => d,
+                };
+                slot.req.write_data(datao as usize, d)
+            }
             Some(_) => {}
             None => slot.t.failed = Some(transient_transport_error()),
         }

@@ -28,6 +28,7 @@
 //! `nvmf-common`.)
 
 mod conn;
+mod direct;
 pub mod poll_group;
 mod secure;
 pub mod tx;

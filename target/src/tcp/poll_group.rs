@@ -28,6 +28,7 @@ use nvmf_common::tls::{Socket, TlsPeer};
 use nvmf_common::transport::tcp::{Connection, ControllerConfig};
 
 use super::conn::{Conn, TcpSlot};
+use super::direct;
 use super::tx::TxQueue;
 use super::TcpOptions;
 use crate::core::QueueCtx;
@@ -157,6 +158,7 @@ impl Transport for TcpTransport {
             slots_known: 1,
             tx: TxQueue::default(),
             interest: EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
+            direct: None,
         };
         // Before Connect: one slot; the queue id and size come from the Connect.
         let mut ctx = QueueCtx::unbound(nc.port);
@@ -397,6 +399,11 @@ impl TcpTransport {
             if q.dead {
                 break;
             }
+            // The rest of a large H2CData PDU goes straight into its command's buffer.
+            let progress = q.t.conn.as_ref().and_then(Connection::data_in_progress);
+            let dst = progress
+                .and_then(|d| Some((direct::direct_dst(rt, ci, &d, direct::DIRECT_MIN)?, d)));
+            let Some(q) = rt.queue_mut(ci) else { break };
             let Some(sock) = q.t.sock.as_mut() else { break };
             let tls = sock.is_tls();
             let limit = if tls {
@@ -409,7 +416,10 @@ impl TcpTransport {
                 break;
             }
             reads += 1;
-            let r = sock.read(&mut rx);
+            let (r, want) = match &dst {
+                Some((to, _)) => (sock.read(direct::dst_bytes(to)), to.len),
+                None => (sock.read(&mut rx), rx.len()),
+            };
             bump(&rt.stats.socket_reads, 1);
             match r {
                 Ok(0) => {
@@ -422,8 +432,14 @@ impl TcpTransport {
                         conn.progress(now);
                     }
                     got = 1;
-                    self.on_bytes(rt, ci, rx.get(..n).unwrap_or(&[]));
-                    if n < rx.len() && !tls {
+                    match &dst {
+                        Some((to, d)) => {
+                            let placed = direct::dst_bytes(to).get(..n).unwrap_or(&[]);
+                            self.on_placed(rt, ci, d, placed);
+                        }
+                        None => self.on_bytes(rt, ci, rx.get(..n).unwrap_or(&[])),
+                    }
+                    if n < want && !tls {
                         break;
                     }
                 }
