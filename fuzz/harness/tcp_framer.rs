@@ -4,7 +4,10 @@
 //! fuzzer reaches post-initialization states at once; bits 4-7: chunk size seed),
 //! then the stream. Invariants: `feed` never consumes more than it was given, never
 //! panics, and a fatal error's termination request is a well-formed PDU that a fresh
-//! reader of the other role accepts with the same FES and FEI.
+//! reader of the other role accepts with the same FES and FEI. A second reader, whose
+//! driver puts every data PDU's data elsewhere (`read_to_data` and `skip_data`, as the
+//! target and host do), makes exactly the same of the stream: the same PDUs, the same
+//! data digest errors (it digests the skipped bytes), the same fatal error.
 
 use nvmf_common::transport::tcp::negotiate::{icreq_params, icresp_params};
 use nvmf_common::transport::tcp::{
@@ -44,6 +47,12 @@ pub fn run(input: &[u8]) {
     let Ok(mut reader) = reader else {
         return;
     };
+    let mut skipper = if controller {
+        PduReader::controller(ccfg)
+    } else {
+        PduReader::host(hcfg)
+    }
+    .unwrap_or_else(|e| panic!("{e}"));
     let mut bytes = Vec::with_capacity(stream.len() + 128);
     if ctl & 0b1000 != 0 {
         if controller {
@@ -61,6 +70,7 @@ pub fn run(input: &[u8]) {
     let mut at = 0;
     let mut fatal = None;
     let mut pdus = 0usize;
+    let mut outcomes = Vec::new();
     while at < bytes.len() {
         let end = (at + chunk).min(bytes.len());
         let piece = &bytes[at..end];
@@ -72,12 +82,16 @@ pub fn run(input: &[u8]) {
                     Some(Ok(p)) => {
                         pdus += 1;
                         touch(&p);
+                        outcomes.push(Outcome::of(Ok(p)));
                     }
                     Some(Err(e)) if e.is_fatal() => {
                         fatal = Some(e);
                         break;
                     }
-                    Some(Err(_)) => pdus += 1,
+                    Some(Err(e)) => {
+                        pdus += 1;
+                        outcomes.push(Outcome::of(Err(e)));
+                    }
                     None => {
                         if n == 0 {
                             // Nothing consumed and nothing ready: must not happen.
@@ -95,6 +109,14 @@ pub fn run(input: &[u8]) {
     }
     let _ = pdus;
     if let Some(e) = fatal {
+        outcomes.push(Outcome::Failed(e));
+    }
+    assert_eq!(
+        skipping(&mut skipper, &bytes, chunk),
+        outcomes,
+        "skipping data changed what was read"
+    );
+    if let Some(e) = fatal {
         assert_eq!(reader.error(), Some(e));
         // Poisoned: every later call reports the same error.
         assert_eq!(reader.feed(&[0u8; 8]), Err(e));
@@ -105,6 +127,88 @@ pub fn run(input: &[u8]) {
             check_term(controller, &term, e);
         }
     }
+}
+
+/// What a reader made of one PDU: its type and lengths (a skipping reader's data is
+/// elsewhere, so not its bytes), a data digest error, or the fatal error.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Pdu {
+        pdu_type: u8,
+        data_len: usize,
+        data_at: Option<(u16, u32)>,
+    },
+    Digest(FramerError),
+    Failed(FramerError),
+}
+
+impl Outcome {
+    fn of(r: Result<Pdu<'_>, FramerError>) -> Outcome {
+        match r {
+            Ok(p) => {
+                let (data_len, data_at) = match &p {
+                    Pdu::CapsuleCmd { data, .. } => (data.len(), None),
+                    Pdu::H2CData {
+                        cid, datao, data, ..
+                    }
+                    | Pdu::C2HData {
+                        cid, datao, data, ..
+                    } => (data.len(), Some((*cid, *datao))),
+                    _ => (0, None),
+                };
+                Outcome::Pdu {
+                    pdu_type: p.pdu_type(),
+                    data_len,
+                    data_at,
+                }
+            }
+            Err(e) if e.is_fatal() => Outcome::Failed(e),
+            Err(e) => Outcome::Digest(e),
+        }
+    }
+}
+
+/// Reads `bytes` in `chunk`-sized pieces the way the target and host drivers do: a
+/// data PDU's data that is not whole in a piece is "placed elsewhere" and skipped.
+fn skipping(reader: &mut PduReader, bytes: &[u8], chunk: usize) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let piece = &bytes[at..(at + chunk).min(bytes.len())];
+        if let Some(d) = reader.data_in_progress() {
+            let n = reader.skip_data(piece);
+            assert!(
+                n > 0 && n <= piece.len() && n <= d.len - d.received,
+                "skip_data counted {n}"
+            );
+            at += n;
+            if let Some(r) = reader.poll() {
+                let o = Outcome::of(r);
+                let end = matches!(o, Outcome::Failed(_));
+                out.push(o);
+                if end {
+                    break;
+                }
+            }
+            continue;
+        }
+        let (n, r) = reader.read_to_data(piece);
+        assert!(n <= piece.len(), "consumed more than given");
+        at += n;
+        match r {
+            Some(r) => {
+                let o = Outcome::of(r);
+                let end = matches!(o, Outcome::Failed(_));
+                out.push(o);
+                if end {
+                    break;
+                }
+            }
+            None if n == 0 => panic!("skipping reader made no progress"),
+            None => {}
+        }
+    }
+    out
 }
 
 /// The termination request parses, for the peer, as what was meant.
