@@ -90,6 +90,9 @@ pub struct Conn {
     /// number of its data bytes the framer held when that started (the handler copies
     /// only those).
     pub(super) direct: Option<usize>,
+    /// The last H2CData PDU was large and received in place: the next socket read is
+    /// small ([`direct::SMALL_RX`]).
+    pub(super) large_data: bool,
 }
 
 /// An error the transport finds in a PDU the framer accepted (an H2CData naming no
@@ -420,6 +423,7 @@ impl TcpTransport {
             return Ok(());
         };
         let direct = q.t.direct.take();
+        q.t.large_data = direct.is_some() && datal as usize >= direct::DIRECT_MIN;
         let waiting = q.slots.get(usize::from(ttag)).map(|s| {
             (
                 s.state == ReqState::TransferringHostToController,

@@ -23,6 +23,9 @@ use crate::runtime::{ReqState, Runtime};
 /// A socket read goes straight into a command's buffer when at least this much of
 /// the PDU's data is missing (less: one ordinary read takes it with what follows).
 pub(super) const DIRECT_MIN: usize = 16 * 1024;
+/// Bytes read into the receive buffer after an H2CData PDU received in place: the
+/// next PDUs' headers, not the next PDU's data (which then goes in place too).
+pub(super) const SMALL_RX: usize = 256;
 
 /// Where the rest of the H2CData PDU `d` goes when it is put straight into its
 /// command's buffer: the missing part of the PDU's data, as a slice of the buffer.

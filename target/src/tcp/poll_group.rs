@@ -159,6 +159,7 @@ impl Transport for TcpTransport {
             tx: TxQueue::default(),
             interest: EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
             direct: None,
+            large_data: false,
         };
         // Before Connect: one slot; the queue id and size come from the Connect.
         let mut ctx = QueueCtx::unbound(nc.port);
@@ -416,9 +417,14 @@ impl TcpTransport {
                 break;
             }
             reads += 1;
+            let cap = if q.t.large_data {
+                direct::SMALL_RX
+            } else {
+                rx.len()
+            };
             let (r, want) = match &dst {
                 Some((to, _)) => (sock.read(direct::dst_bytes(to)), to.len),
-                None => (sock.read(&mut rx), rx.len()),
+                None => (sock.read(rx.get_mut(..cap).unwrap_or(&mut [])), cap),
             };
             bump(&rt.stats.socket_reads, 1);
             match r {
