@@ -25,7 +25,7 @@ use nvmf_common::wire::tcp::{
 
 use super::direct;
 use super::poll_group::TcpTransport;
-use super::tx::{TxQueue, ZERO_COPY_MIN};
+use super::tx::{PoolData, TxQueue, ZERO_COPY_MIN};
 use crate::backend::DmaSlice;
 use crate::core::DataDir;
 use crate::runtime::stats::bump;
@@ -553,7 +553,7 @@ impl TcpTransport {
                         let seg = DmaSlice::new(arena.clone(), base + off, piece.len());
                         let release = if Some(i) == last_zc { buf.take() } else { None };
                         match seg {
-                            Some(seg) => c.tx.push_data(seg, release),
+                            Some(slice) => c.tx.push_data(PoolData { slice, release }),
                             None => {
                                 spare = release;
                                 err = Some(nvmf_common::wire::WireError::Invalid(

@@ -29,7 +29,7 @@ use nvmf_common::transport::tcp::{Connection, ControllerConfig};
 
 use super::conn::{Conn, TcpSlot};
 use super::direct;
-use super::tx::TxQueue;
+use super::tx::{self, TxQueue};
 use super::TcpOptions;
 use crate::core::QueueCtx;
 use crate::params::PortInfo;
@@ -325,7 +325,7 @@ impl Transport for TcpTransport {
                 self.closing.push((raw, Instant::now()));
             }
         }
-        for b in freed {
+        for b in tx::released(freed) {
             rt.free_buf(b);
         }
     }
@@ -515,7 +515,7 @@ impl TcpTransport {
         let change = failed.is_none() && want != c.interest;
         let token = conn_token(q.gen, ci);
         bump(&rt.stats.socket_writes, writes);
-        for b in freed {
+        for b in tx::released(freed) {
             rt.free_buf(b);
         }
         if let Some(why) = failed {

@@ -1,6 +1,7 @@
 //! NVMe/TCP, sans-IO: one connection's protocol state ([`Connection`]), built on the
 //! PDU framer ([`PduReader`]), the PDU encoder ([`PduWriter`]) and connection
-//! initialization ([`negotiate`]). Nothing here touches a socket: bytes go in, events
+//! initialization ([`negotiate`]), and the send queue both drivers write from
+//! ([`SendQueue`]: PDU bytes and large data by reference). Nothing here touches a socket: bytes go in, events
 //! and the bytes to send come out, and a deadline says when a silent peer has waited
 //! too long. The target's poll group (`target/src/tcp`) and the host's queue
 //! (`initiator/src/transport/tcp`) are the two drivers of the same [`Connection`].
@@ -34,6 +35,7 @@ mod connection;
 mod error;
 mod framer;
 pub mod negotiate;
+mod send_queue;
 mod writer;
 
 #[cfg(test)]
@@ -47,6 +49,7 @@ pub use framer::{DataProgress, Pdu, PduReader};
 pub use negotiate::{
     ConfigError, ControllerConfig, HostConfig, IcReqParams, IcRespParams, Negotiated,
 };
+pub use send_queue::{SendData, SendQueue, ZERO_COPY_MIN};
 pub use writer::{encode_icreq, encode_icresp, encode_term_req, PduWriter};
 
 use crate::wire::tcp::{flags, pdu_type, CMD_HDR_LEN, DATA_HDR_LEN, ICREQ_LEN, ICRESP_LEN};

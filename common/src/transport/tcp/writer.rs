@@ -111,13 +111,31 @@ impl PduWriter {
         last: bool,
         out: &mut Vec<u8>,
     ) -> Result<usize, WireError> {
+        let plen = self.h2c_data_head(cid, ttag, datao, data, last, out)?;
+        out.extend_from_slice(data);
+        self.data_trailer(data, out);
+        Ok(plen)
+    }
+
+    /// Appends what precedes an H2CData PDU's data (header, header digest, padding to
+    /// the controller's CPDA), so the data itself can be sent from where it lies,
+    /// followed by [`PduWriter::data_trailer`]. Returns the whole PDU's length.
+    pub fn h2c_data_head(
+        &self,
+        cid: u16,
+        ttag: u16,
+        datao: u32,
+        data: &[u8],
+        last: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, WireError> {
         self.expect(Role::Host)?;
         if data.len() > self.maxh2cdata as usize {
             return Err(WireError::Invalid("H2CData longer than MAXH2CDATA"));
         }
         let fl = if last { flags::DATA_LAST } else { 0 };
         let mut hdr = data_header(cid, ttag, datao, data)?;
-        self.encode(pdu_type::H2C_DATA, fl, &mut hdr, data, out)
+        self.encode_head(pdu_type::H2C_DATA, fl, &mut hdr, data.len(), out)
     }
 
     /// Appends a C2HData PDU (controller only). `success` (which needs `last`) tells

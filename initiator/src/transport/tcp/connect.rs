@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use nvmf_common::tls::{self, Records, Socket, TlsError};
+use nvmf_common::transport::tcp::SendQueue;
 use nvmf_common::transport::tcp::{Connection, Event, FramerError, HostConfig, PduWriter, Role};
 use nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ;
 
@@ -177,8 +178,7 @@ impl TcpHostQueue {
                 writer: PduWriter::new(Role::Host, &negotiated),
                 maxh2cdata: negotiated.maxh2cdata,
                 slots,
-                out: Vec::with_capacity(64 * 1024),
-                out_pos: 0,
+                tx: SendQueue::default(),
                 cqes: Vec::with_capacity(usize::from(depth)),
                 direct: None,
                 large_data: false,

@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use nvmf_common::tls::{ConfiguredPsk, Socket};
 use nvmf_common::transport::tcp::negotiate::MAX_PDU_DATA;
-use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter};
+use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter, SendData, SendQueue};
 use nvmf_common::types::Qid;
 use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::CQE_LEN;
@@ -72,9 +72,6 @@ const DIRECT_MIN: usize = 16 * 1024;
 const SMALL_RX: usize = 256;
 /// Socket reads per `poll` at most, so one busy queue cannot hold its caller forever.
 const READS_PER_POLL: usize = 16;
-/// Written bytes after which the output buffer is compacted (when more than half of
-/// it has been written).
-const OUT_COMPACT: usize = 1024 * 1024;
 /// How long a dying queue tries to get its termination request out.
 const TERM_SEND_TIMEOUT: Duration = Duration::from_millis(100);
 /// The status a command gets when its read data failed the data digest (Linux
@@ -240,9 +237,8 @@ struct Conn {
     writer: PduWriter,
     maxh2cdata: u32,
     slots: Vec<Option<Cmd>>,
-    /// Encoded PDUs; `out[out_pos..]` is still to be written.
-    out: Vec<u8>,
-    out_pos: usize,
+    /// Encoded PDUs and write data queued from the command's buffer, to be written.
+    tx: SendQueue<WriteData>,
     /// Completions ready for the caller.
     cqes: Vec<[u8; CQE_LEN]>,
     /// The C2HData PDU being read is being received straight into its command's
@@ -250,6 +246,25 @@ struct Conn {
     direct: Option<usize>,
     /// The last C2HData PDU was received that way (see `SMALL_RX`).
     large_data: bool,
+}
+
+/// Write data (H2CData) queued from its command's buffer instead of copied; the
+/// `Arc` keeps the memory alive while the segment is queued.
+struct WriteData {
+    buf: Arc<DmaBuffer>,
+    offset: usize,
+    len: usize,
+}
+
+impl SendData for WriteData {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the bytes lie in a write command's buffer: the caller hands it to the
+        // command and does not write it until the command completes, which is after
+        // the controller received this data (or after the queue died and dropped it);
+        // nothing else writes it (TCP has no DMA). The borrow ends with the `writev`
+        // that uses it (the queue's iovecs are tied to `&mut` of the queue).
+        unsafe { self.buf.slice(self.offset, self.len) }.unwrap_or(&[])
+    }
 }
 
 /// One NVMe/TCP queue (one TCP connection).
@@ -293,7 +308,7 @@ impl TcpHostQueue {
 
     /// Encoded bytes not yet taken by the socket.
     pub fn pending_output(&self) -> usize {
-        self.conn.out.len() - self.conn.out_pos
+        self.conn.tx.queued()
     }
 }
 
@@ -361,7 +376,7 @@ impl HostQueue for TcpHostQueue {
             _ => &[],
         };
         c.writer
-            .capsule_cmd(&capsule, icd_data, &mut c.out)
+            .capsule_cmd(&capsule, icd_data, &mut c.tx.bytes)
             .map_err(|e| TransportError::Invalid(format!("CapsuleCmd: {e}")))?;
         if let Some(s) = c.slots.get_mut(usize::from(slot)) {
             *s = Some(Cmd {

@@ -4,12 +4,12 @@
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::{DataProgress, Event, FramerError, Pdu};
+use nvmf_common::transport::tcp::{DataProgress, Event, FramerError, Pdu, ZERO_COPY_MIN};
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::status::Status;
 use nvmf_common::wire::tcp::{flags, offset, pdu_type, pdu_type_name, term_fes};
 
-use super::{describe_term, Cmd, Conn, DataDir, Fatal, DATA_DIGEST_STATUS, DIRECT_MIN};
+use super::{describe_term, Cmd, Conn, DataDir, Fatal, WriteData, DATA_DIGEST_STATUS, DIRECT_MIN};
 
 impl Conn {
     /// What the connection made of one PDU.
@@ -35,7 +35,7 @@ impl Conn {
             ))),
             Event::PeerTerminated { fes, fei } => Err(Fatal::quiet(describe_term(fes, fei))),
             Event::Failed { error, send } => {
-                self.out.extend_from_slice(send);
+                self.tx.bytes.extend_from_slice(send);
                 Err(Fatal::flushed(format!(
                     "invalid PDU from the controller: {error}"
                 )))
@@ -300,9 +300,24 @@ impl Conn {
                 )));
             };
             let last = at + n == stop;
-            self.writer
-                .h2c_data(cid, ttag, at, piece, last, &mut self.out)
-                .map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
+            let encoded = if piece.len() >= ZERO_COPY_MIN {
+                // Sent from the command's buffer, not copied.
+                self.writer
+                    .h2c_data_head(cid, ttag, at, piece, last, &mut self.tx.bytes)
+                    .map(|_| {
+                        self.tx.push_data(WriteData {
+                            buf: buf.buf.clone(),
+                            offset: buf.offset + at as usize,
+                            len: piece.len(),
+                        });
+                        self.writer.data_trailer(piece, &mut self.tx.bytes);
+                    })
+            } else {
+                self.writer
+                    .h2c_data(cid, ttag, at, piece, last, &mut self.tx.bytes)
+                    .map(|_| ())
+            };
+            encoded.map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
             at += n;
         }
         Ok(())

@@ -13,8 +13,7 @@ use tracing::warn;
 use nvmf_common::transport::tcp::Event;
 
 use super::{
-    Fatal, TcpHostQueue, TransportError, DIRECT_MIN, OUT_COMPACT, READS_PER_POLL, SMALL_RX,
-    TERM_SEND_TIMEOUT,
+    Fatal, TcpHostQueue, TransportError, DIRECT_MIN, READS_PER_POLL, SMALL_RX, TERM_SEND_TIMEOUT,
 };
 
 impl TcpHostQueue {
@@ -32,42 +31,48 @@ impl TcpHostQueue {
         let why = f.reason;
         warn!(qid = %self.qid, peer = %self.peer, "NVMe/TCP queue failed: {why}");
         if let Some((fes, fei)) = f.term {
-            self.tcp.terminate(fes, fei, &mut self.conn.out);
+            self.tcp.terminate(fes, fei, &mut self.conn.tx.bytes);
         }
+        let tx = &mut self.conn.tx;
+        let mut written = Vec::new();
         if f.flush {
-            let rest = self.conn.out.get(self.conn.out_pos..).unwrap_or(&[]);
-            let _ = self
+            let blocking = self
                 .sock
                 .set_nonblocking(false)
-                .and_then(|()| self.sock.set_write_timeout(Some(TERM_SEND_TIMEOUT)))
-                .and_then(|()| self.sock.write_all(rest));
+                .and_then(|()| self.sock.set_write_timeout(Some(TERM_SEND_TIMEOUT)));
+            while blocking.is_ok() && tx.pending() {
+                let iov = tx.iovecs();
+                let r = self.sock.write_vectored(&iov);
+                drop(iov);
+                match r {
+                    Ok(n) if n > 0 => tx.advance(n, &mut written),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    _ => break,
+                }
+            }
         }
         let _ = self.sock.shutdown(Shutdown::Both);
-        self.conn.out.clear();
-        self.conn.out_pos = 0;
+        tx.clear(&mut written);
         self.dead = Some(why.clone());
         TransportError::Dead(why)
     }
 
     /// Writes queued PDUs until the socket would block.
     pub(super) fn write_out(&mut self) -> Result<(), Fatal> {
-        let c = &mut self.conn;
-        while c.out_pos < c.out.len() {
-            let rest = c.out.get(c.out_pos..).unwrap_or(&[]);
-            match self.sock.write(rest) {
+        let tx = &mut self.conn.tx;
+        // Written data segments are only dropped (their buffers are the caller's).
+        let mut written = Vec::new();
+        while tx.pending() {
+            let iov = tx.iovecs();
+            let r = self.sock.write_vectored(&iov);
+            drop(iov);
+            match r {
                 Ok(0) => return Err(Fatal::quiet("the connection takes no more data".into())),
-                Ok(n) => c.out_pos += n,
+                Ok(n) => tx.advance(n, &mut written),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Fatal::quiet(format!("send failed: {e}"))),
             }
-        }
-        if c.out_pos == c.out.len() {
-            c.out.clear();
-            c.out_pos = 0;
-        } else if c.out_pos >= OUT_COMPACT && c.out_pos * 2 >= c.out.len() {
-            c.out.drain(..c.out_pos);
-            c.out_pos = 0;
         }
         Ok(())
     }
