@@ -18,7 +18,7 @@ use nvmf_common::wire::fabrics::{cattr, reg};
 use nvmf_common::wire::identify::{sgls, IdentifyController};
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_common::wire::status::{generic, Sct};
-use nvmf_common::wire::tcp::term_fes;
+use nvmf_common::wire::tcp::{offset, term_fes};
 use nvmf_initiator::command;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions as HostOptions};
 use nvmf_initiator::transport::Fabric;
@@ -265,8 +265,9 @@ fn digests_negotiated_and_used() {
 /// pool buffer (from the receive buffer, then by socket reads into it), with and
 /// without data digests: the data lands whole; a flipped data byte under a data digest
 /// fails only its command (Transient Transport Error) and writes nothing; a split PDU
-/// that is not the next data of its R2T window still ends the connection with Data
-/// Transfer Out of Range, as a whole one does.
+/// the handler refuses (not the next data of its R2T window, a TTAG without an R2T, a
+/// CID that is not the TTAG's command) still ends the connection with the termination
+/// request a whole one gets.
 #[test]
 fn h2c_data_in_pieces_is_received_in_place() {
     const NLB: u32 = 128;
@@ -313,14 +314,35 @@ fn h2c_data_in_pieces_is_received_in_place() {
                 assert!(now == new, "ddgst {ddgst} round {round}: the data differs");
             }
         }
-        // DATAO 512 where the window expects 0, the data arriving in pieces.
+    }
+    // Split PDUs the handler refuses are not received in place: each still ends its
+    // connection with the termination request a whole one gets. (DATAO, TTAG, CID
+    // changes; the expected FES and FEI.)
+    type Bad = (u32, u16, u16, u16, u32);
+    let bad: [Bad; 3] = [
+        // DATAO 512 where the window expects 0.
+        (512, 0, 0, term_fes::DATA_OUT_OF_RANGE, 0),
+        // A TTAG with no R2T outstanding.
+        (0, 1, 0, term_fes::INVALID_HEADER_FIELD, offset::TTAG),
+        // The TTAG of this write with another command's CID.
+        (0, 0, 1, term_fes::INVALID_HEADER_FIELD, offset::COMMAND_ID),
+    ];
+    for (datao, ttag_off, cid_off, fes, fei) in bad {
+        let (_admin, mut io) = io_pair(&s, HostConfig::default(), 0);
         let (cid, ttag, _) = io.start_r2t_write(2000, NLB);
         let mut pdu = Vec::new();
         io.writer()
-            .h2c_data(cid, ttag, 512, &vec![7u8; len - 512], true, &mut pdu)
+            .h2c_data(
+                cid.wrapping_add(cid_off),
+                ttag.wrapping_add(ttag_off),
+                datao,
+                &vec![7u8; len - datao as usize],
+                true,
+                &mut pdu,
+            )
             .unwrap_or_else(|e| panic!("{e}"));
         trickle(&mut io, &pdu);
-        io.expect_term(term_fes::DATA_OUT_OF_RANGE, 0);
+        io.expect_term(fes, fei);
     }
     assert_healthy(&s);
 }
