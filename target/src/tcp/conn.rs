@@ -118,8 +118,11 @@ impl TcpTransport {
         let Some(mut conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.take()) else {
             return;
         };
+        // A data PDU whose data is being collected: one left from the last read, or one
+        // whose header `read_to_data` stopped after (asked only then: most PDUs lie
+        // whole in `input`).
+        let mut progress = conn.data_in_progress();
         loop {
-            let progress = conn.data_in_progress();
             let dst = progress.and_then(|d| Some((direct::direct_dst(rt, ci, &d, 0)?, d)));
             let (used, out) = match dst {
                 Some((dst, d)) => {
@@ -148,6 +151,11 @@ impl TcpTransport {
             if input.is_empty() || (out.is_none() && used == 0) {
                 break;
             }
+            progress = if out.is_none() {
+                conn.data_in_progress()
+            } else {
+                None
+            };
         }
         if let Some(q) = rt.queue_mut(ci) {
             q.t.conn = Some(conn);

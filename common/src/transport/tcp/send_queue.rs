@@ -29,15 +29,15 @@ pub trait SendData {
 enum Seg<D> {
     /// `bytes[start..end]`.
     Bytes { start: usize, end: usize },
-    /// Data queued by reference.
-    Data(D),
+    /// Data queued by reference, and its length.
+    Data { data: D, len: usize },
 }
 
 impl<D: SendData> Seg<D> {
     fn len(&self) -> usize {
         match self {
             Seg::Bytes { start, end } => end - start,
-            Seg::Data(d) => d.bytes().len(),
+            Seg::Data { len, .. } => *len,
         }
     }
 }
@@ -99,8 +99,9 @@ impl<D: SendData> SendQueue<D> {
     /// [`advance`](SendQueue::advance) once it is written.
     pub fn push_data(&mut self, data: D) {
         self.seal();
-        self.queued += data.bytes().len();
-        self.segs.push_back(Seg::Data(data));
+        let len = data.bytes().len();
+        self.queued += len;
+        self.segs.push_back(Seg::Data { data, len });
     }
 
     /// Up to `MAX_IOV` slices of what is queued, in order, for `writev`.
@@ -111,7 +112,7 @@ impl<D: SendData> SendQueue<D> {
             let skip = if i == 0 { self.front_done } else { 0 };
             let s: &[u8] = match seg {
                 Seg::Bytes { start, end } => self.bytes.get(start + skip..*end).unwrap_or(&[]),
-                Seg::Data(d) => d.bytes().get(skip..).unwrap_or(&[]),
+                Seg::Data { data, .. } => data.bytes().get(skip..).unwrap_or(&[]),
             };
             out.push(IoSlice::new(s));
         }
@@ -132,8 +133,8 @@ impl<D: SendData> SendQueue<D> {
             }
             n -= rest;
             self.front_done = 0;
-            if let Some(Seg::Data(d)) = self.segs.pop_front() {
-                written.push(d);
+            if let Some(Seg::Data { data, .. }) = self.segs.pop_front() {
+                written.push(data);
             }
         }
         self.compact();
@@ -142,8 +143,8 @@ impl<D: SendData> SendQueue<D> {
     /// Drops everything queued; hands back the data it held.
     pub fn clear(&mut self, dropped: &mut Vec<D>) {
         for s in self.segs.drain(..) {
-            if let Seg::Data(d) = s {
-                dropped.push(d);
+            if let Seg::Data { data, .. } = s {
+                dropped.push(data);
             }
         }
         self.bytes.clear();
@@ -163,7 +164,7 @@ impl<D: SendData> SendQueue<D> {
         // The first byte still needed.
         let first = self.segs.iter().enumerate().find_map(|(i, s)| match s {
             Seg::Bytes { start, .. } => Some(start + if i == 0 { self.front_done } else { 0 }),
-            Seg::Data(_) => None,
+            Seg::Data { .. } => None,
         });
         let cut = first.unwrap_or(self.sealed);
         if cut < COMPACT_AT {

@@ -112,9 +112,7 @@ impl PduWriter {
         out: &mut Vec<u8>,
     ) -> Result<usize, WireError> {
         let plen = self.h2c_data_head(cid, ttag, datao, data, last, out)?;
-        out.extend_from_slice(data);
-        self.data_trailer(data, out);
-        Ok(plen)
+        Ok(self.data_and_trailer(plen, data, out))
     }
 
     /// Appends what precedes an H2CData PDU's data (header, header digest, padding to
@@ -150,9 +148,14 @@ impl PduWriter {
         out: &mut Vec<u8>,
     ) -> Result<usize, WireError> {
         let plen = self.c2h_data_head(cid, datao, data, last, success, out)?;
+        Ok(self.data_and_trailer(plen, data, out))
+    }
+
+    /// Appends a data PDU's data and trailer after its head; returns `plen`.
+    fn data_and_trailer(&self, plen: usize, data: &[u8], out: &mut Vec<u8>) -> usize {
         out.extend_from_slice(data);
         self.data_trailer(data, out);
-        Ok(plen)
+        plen
     }
 
     /// Appends what precedes a C2HData PDU's data (header, header digest, padding to
