@@ -1,6 +1,7 @@
 # nvmf-initiator against the Linux kernel's NVMe/TCP target (nvmet-tcp, set up through configfs)
 # in this guest: discover, identify, write then read back and compare, perf with verification,
-# perf with header and data digests.
+# perf with header and data digests, and 128 KiB writes with verification and digests (R2T:
+# our host sends the H2CData from the command's buffer, the digest over it in place).
 . "$INTEROP/lib.sh"
 NQN=nqn.2014-08.org.example:kernel-tcp
 I="$BIN/nvmf-initiator"
@@ -17,4 +18,6 @@ run "read back" "$I" read $C -n "$NQN" --nsid 1 --lba 512 --count 64 --output "$
 run "what was read is what was written" cmp "$WORK/data" "$WORK/back"
 expect "perf randwrite with verification" "errors=0" $I perf $C -n $NQN --rw randwrite --bs 4k --iodepth 16 --runtime 5 --size 16M --verify
 expect "perf randread with digests" "errors=0" $I perf $C -n $NQN --rw randread --bs 128k --iodepth 4 --runtime 5 --hdr-digest --data-digest
+expect "perf 128k randwrite with verification and digests" "errors=0" $I perf $C -n $NQN --rw randwrite --bs 128k \
+  --iodepth 8 --runtime 5 --size 64M --verify --hdr-digest --data-digest
 echo "our host vs kernel TCP target: all checks passed"
