@@ -126,7 +126,8 @@ impl TcpTransport {
             let dst = progress.and_then(|d| Some((direct::direct_dst(rt, ci, &d, 0)?, d)));
             let (used, out) = match dst {
                 Some((dst, d)) => {
-                    let to = direct::dst_bytes(&dst);
+                    // SAFETY: the only borrow of `dst`; it ends with this iteration.
+                    let to = unsafe { direct::dst_bytes(&dst) };
                     let n = to.len().min(input.len());
                     if let (Some(to), Some(from)) = (to.get_mut(..n), input.get(..n)) {
                         to.copy_from_slice(from);

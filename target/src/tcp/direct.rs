@@ -61,15 +61,18 @@ pub(super) fn direct_dst(
     DmaSlice::new(data.buf.clone(), at, missing)
 }
 
-/// Borrows `dst` to receive into.
+/// Borrows `dst` (from [`direct_dst`]) to receive into.
 ///
-/// The caller holds `dst` (from [`direct_dst`]) only while it reads into the slice.
+/// # Safety
+/// No other slice of those bytes may live while the returned one does: the caller
+/// takes one borrow at a time and ends it with the copy or socket read that fills it,
+/// before control returns to the poll loop. (`dst` lies in the data buffer of a request
+/// waiting for host data: nothing else reads or writes those bytes until its data is
+/// complete, and no backend I/O is posted on it before.)
 #[allow(clippy::mut_from_ref)]
-pub(super) fn dst_bytes(dst: &DmaSlice) -> &mut [u8] {
-    // SAFETY: `dst` lies in the data buffer of a request waiting for host data (see
-    // `direct_dst`): nothing else reads or writes those bytes until the request's data
-    // is complete (no backend I/O is posted on it before), and this borrow ends with
-    // the copy or socket read that fills it, before control returns to the poll loop.
+pub(super) unsafe fn dst_bytes(dst: &DmaSlice) -> &mut [u8] {
+    // SAFETY: exclusive access is the caller's obligation (above); the range was
+    // checked against the buffer by `DmaSlice::new` and is checked again by `slice_mut`.
     unsafe { dst.buf.slice_mut(dst.offset, dst.len) }.unwrap_or(&mut [])
 }
 

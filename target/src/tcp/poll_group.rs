@@ -423,7 +423,8 @@ impl TcpTransport {
                 rx.len()
             };
             let (r, want) = match &dst {
-                Some((to, _)) => (sock.read(direct::dst_bytes(to)), to.len),
+                // SAFETY: the only borrow of `to`, ended by this read.
+                Some((to, _)) => (sock.read(unsafe { direct::dst_bytes(to) }), to.len),
                 None => (sock.read(rx.get_mut(..cap).unwrap_or(&mut [])), cap),
             };
             bump(&rt.stats.socket_reads, 1);
@@ -440,7 +441,12 @@ impl TcpTransport {
                     got = 1;
                     match &dst {
                         Some((to, d)) => {
-                            let placed = direct::dst_bytes(to).get(..n).unwrap_or(&[]);
+                            // SAFETY: the read's borrow ended; this one ends with
+                            // `on_placed`, whose handler only writes the bytes the
+                            // framer held (before `to`) and may start a backend
+                            // that reads the buffer, never writes into `to`.
+                            let placed = unsafe { direct::dst_bytes(to) };
+                            let placed = placed.get(..n).unwrap_or(&[]);
                             self.on_placed(rt, ci, d, placed);
                         }
                         None => self.on_bytes(rt, ci, rx.get(..n).unwrap_or(&[])),
