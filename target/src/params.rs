@@ -24,6 +24,8 @@ pub struct TargetParams {
     pub discovery_kato_ms: u32,
     /// How long a DH-HMAC-CHAP transaction may stall, in ms.
     pub auth_timeout_ms: u32,
+    /// Age (ms) past which an outstanding command is reported as stuck.
+    pub stuck_command_ms: u32,
     /// NVMe/RDMA tuning (the config's `rdma:` section): shared receive queues.
     pub rdma: RdmaConfig,
 }
@@ -41,6 +43,7 @@ impl TargetParams {
             cpus: t.cpus.clone(),
             discovery_kato_ms: t.keep_alive_timeout_ms,
             auth_timeout_ms: t.auth_timeout_ms,
+            stuck_command_ms: t.stuck_command_ms,
             rdma: RdmaConfig::default(),
         }
     }

@@ -223,6 +223,11 @@ pub struct TransportConfig {
     /// keep-alive timeout (120 s without one): a host computing an ffdhe8192
     /// exchange on a slow CPU needs more than the usual 5 s KATO.
     pub auth_timeout_ms: u32,
+    /// A command outstanding longer than this (ms) is a stuck command: logged once at
+    /// warn with its queue, CID, opcode, state and what it waits for, listed by `ctl
+    /// status` and counted in the metrics. Well under the Linux host's 30 s I/O
+    /// timeout, so the target says so before the host gives up.
+    pub stuck_command_ms: u32,
 }
 
 impl Default for TransportConfig {
@@ -238,6 +243,7 @@ impl Default for TransportConfig {
             cpus: None,
             keep_alive_timeout_ms: 120_000,
             auth_timeout_ms: 30_000,
+            stuck_command_ms: 10_000,
         }
     }
 }

@@ -226,11 +226,24 @@ fn check_transport(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
             ),
         );
     }
+    if !(STUCK_COMMAND_MIN_MS..=STUCK_COMMAND_MAX_MS).contains(&tc.stuck_command_ms) {
+        c.err(
+            &t.key("stuck_command_ms"),
+            format!(
+                "{} is not in {STUCK_COMMAND_MIN_MS}..={STUCK_COMMAND_MAX_MS} (ms)",
+                tc.stuck_command_ms
+            ),
+        );
+    }
 }
 
 /// Bounds of `transport.auth_timeout_ms`: 1 s to 10 minutes.
 const AUTH_TIMEOUT_MIN_MS: u32 = 1000;
 const AUTH_TIMEOUT_MAX_MS: u32 = 600_000;
+/// Bounds of `transport.stuck_command_ms`: 100 ms to one hour (no "never": a command
+/// that is never answered must always show).
+const STUCK_COMMAND_MIN_MS: u32 = 100;
+const STUCK_COMMAND_MAX_MS: u32 = 3_600_000;
 
 fn check_tcp(c: &mut Checker<'_>, config: &Config, t: &KeyPath) {
     use super::tcp::{

@@ -6,6 +6,9 @@
 //!   [`BackendError::ReadIo`] / [`BackendError::WriteIo`]), optionally only after a
 //!   number of operations have gone through;
 //! - delay every operation (a slow device: the poll group's thread waits in submit);
+//! - stall: operations submitted meanwhile are held, neither passed on nor completed,
+//!   until the stall is lifted (a device that stops answering; the target's stuck
+//!   command watch must show them);
 //! - tear writes: only the first bytes of each write reach the inner backend and the
 //!   write fails as a short transfer ([`BackendError::Short`]);
 //! - a failed write is remembered like the kernel's writeback error (errseq): the next
@@ -33,6 +36,8 @@ pub struct FaultControl {
     /// Operations still let through before the enabled failures start.
     pass_before_fail: AtomicU64,
     delay_us: AtomicU64,
+    /// Hold operations instead of passing them on.
+    stall: AtomicBool,
     /// 0: off; otherwise writes reach the backend cut to this many bytes and fail.
     tear_write_bytes: AtomicU64,
     /// A write failed and no Flush has reported it yet.
@@ -71,6 +76,11 @@ impl FaultControl {
         self.delay_us.store(us, Ordering::Release);
     }
 
+    /// Hold every operation submitted while on; lifting it passes them on.
+    pub fn stall(&self, on: bool) {
+        self.stall.store(on, Ordering::Release);
+    }
+
     /// Tear writes after `bytes` bytes (0: off).
     pub fn tear_writes(&self, bytes: u64) {
         self.tear_write_bytes.store(bytes, Ordering::Release);
@@ -84,6 +94,7 @@ impl FaultControl {
         self.pass(0);
         self.delay(Duration::ZERO);
         self.tear_writes(0);
+        self.stall(false);
     }
 
     /// Reads that reached the inner backend.
@@ -151,6 +162,7 @@ impl Backend for FaultBackend {
             ctl: self.ctl.clone(),
             injected: Vec::new(),
             torn: Vec::new(),
+            held: Vec::new(),
         }))
     }
 }
@@ -162,6 +174,8 @@ struct FaultChannel {
     injected: Vec<IoCompletion>,
     /// Tags of torn writes in flight: (tag, bytes written, bytes wanted).
     torn: Vec<(u64, usize, usize)>,
+    /// Operations held by a stall, in submission order.
+    held: Vec<(u64, IoOp)>,
 }
 
 impl FaultChannel {
@@ -176,6 +190,40 @@ impl FaultChannel {
 
 impl IoChannel for FaultChannel {
     fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
+        if self.ctl.stall.load(Ordering::Acquire) {
+            self.held.push((tag, op));
+            return Ok(());
+        }
+        self.pass_on(tag, op)
+    }
+
+    fn flush(&mut self) {
+        self.inner.flush();
+    }
+
+    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+        if !self.held.is_empty() && !self.ctl.stall.load(Ordering::Acquire) {
+            for (tag, op) in std::mem::take(&mut self.held) {
+                if let Err(e) = self.pass_on(tag, op) {
+                    self.injected.push((tag, Err(e)));
+                }
+            }
+            self.inner.flush();
+        }
+        self.poll_inner(out)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight() + self.injected.len() + self.held.len()
+    }
+
+    fn event_fd(&self) -> Option<RawFd> {
+        self.inner.event_fd()
+    }
+}
+
+impl FaultChannel {
+    fn pass_on(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
         let c = self.ctl.clone();
         let us = c.delay_us.load(Ordering::Acquire);
         if us > 0 {
@@ -240,11 +288,7 @@ impl IoChannel for FaultChannel {
         self.inner.submit(tag, op)
     }
 
-    fn flush(&mut self) {
-        self.inner.flush();
-    }
-
-    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+    fn poll_inner(&mut self, out: &mut Vec<IoCompletion>) -> usize {
         let start = out.len();
         self.inner.poll(out);
         if !self.torn.is_empty() {
@@ -259,14 +303,6 @@ impl IoChannel for FaultChannel {
         }
         out.append(&mut self.injected);
         out.len() - start
-    }
-
-    fn in_flight(&self) -> usize {
-        self.inner.in_flight() + self.injected.len()
-    }
-
-    fn event_fd(&self) -> Option<RawFd> {
-        self.inner.event_fd()
     }
 }
 

@@ -6,6 +6,7 @@ use nvmf_common::config::Config;
 
 use super::PortHooks;
 use crate::controller::Controller;
+use crate::runtime::watch::WatchView;
 use crate::runtime::GroupCounters;
 use crate::target::Target;
 
@@ -20,6 +21,10 @@ pub struct StatusView {
     /// Poll-group counters of each running transport (one naming for all fabrics).
     #[serde(default)]
     pub transports: Vec<TransportStatus>,
+    /// Queues with outstanding commands and commands outstanding longer than
+    /// `transport.stuck_command_ms`, from every poll group's last sweep.
+    #[serde(default)]
+    pub commands: WatchView,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +145,7 @@ pub(super) fn collect(target: &Target, cfg: &Config, hooks: &dyn PortHooks) -> S
                 counters,
             })
             .collect(),
+        commands: target.metrics.watch(),
     }
 }
 
@@ -199,6 +205,23 @@ impl std::fmt::Display for StatusView {
                 .map(|(name, v)| format!("{name} {v}"))
                 .collect();
             writeln!(f, "transport {}: {}", t.trtype, fields.join(", "))?;
+        }
+        for q in &self.commands.queues {
+            writeln!(
+                f,
+                "outstanding: {} subsystem {} host {} cntlid {} qid {}{}: {} command(s), oldest {} ms",
+                q.group,
+                q.subsystem,
+                q.host,
+                q.cntlid,
+                q.qid,
+                if q.ended { " (ended)" } else { "" },
+                q.outstanding,
+                q.oldest_ms
+            )?;
+        }
+        for c in &self.commands.stuck {
+            writeln!(f, "stuck command: {} {c}", c.group)?;
         }
         Ok(())
     }

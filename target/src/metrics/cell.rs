@@ -42,8 +42,9 @@ pub fn bucket_bound_seconds(i: usize) -> f64 {
     }
 }
 
+/// The latency bucket of `ns`.
 #[inline]
-fn bucket_of(ns: u64) -> usize {
+pub fn bucket_of(ns: u64) -> usize {
     let us = ns / NS_PER_US;
     ((u64::BITS - us.leading_zeros()) as usize).min(LAT_FINITE)
 }

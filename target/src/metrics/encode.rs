@@ -26,6 +26,8 @@ pub const PREFIX: &str = "nvmf";
 /// The content type of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const NS_PER_SEC: f64 = 1e9;
+/// Milliseconds per second (command ages are kept in ms).
+const MS_PER_SEC: f64 = 1e3;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -92,11 +94,13 @@ fn unused(k: &SeriesKey, class: usize, c: &ClassSnapshot) -> bool {
 }
 
 /// Counters of [`GroupCounters`](crate::runtime::GroupCounters) that are gauges.
-const GROUP_GAUGES: [&str; 4] = [
+const GROUP_GAUGES: [&str; 6] = [
     "queues",
     "buffers_in_use",
     "recv_buffer_bytes",
     "srq_receives_posted",
+    "oldest_command_ms",
+    "longest_command_ms",
 ];
 /// Group counters exported in seconds rather than as raw nanoseconds.
 const GROUP_NANOS: [&str; 2] = ["busy_ns", "idle_ns"];
@@ -319,6 +323,67 @@ impl SnapshotCollector {
                     counter(&mut e, &l, v)?;
                 }
             }
+        }
+        self.encode_command_watch(enc)
+    }
+
+    /// Time per request state, the oldest command per queue, and the commands
+    /// outstanding past the stuck bound now.
+    fn encode_command_watch(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let mut e = enc.encode_descriptor(
+            "command_state_seconds",
+            "Time commands spent in each request state (waiting for a buffer, for host data, executing, sending).",
+            None,
+            MetricType::Histogram,
+        )?;
+        for g in &self.0.groups {
+            for h in &g.states {
+                let buckets: Vec<(f64, u64)> = h
+                    .buckets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (bucket_bound_seconds(i), *n))
+                    .collect();
+                let l = vec![("group", g.name.clone()), ("state", h.state.clone())];
+                e.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+                    h.sum_ns as f64 / NS_PER_SEC,
+                    h.buckets.iter().sum(),
+                    &buckets,
+                    None,
+                )?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "queue_oldest_command_seconds",
+            "Age of the oldest outstanding command of each queue that has one (AERs not counted).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for g in &self.0.groups {
+            for q in &g.watch.queues {
+                let l = vec![
+                    ("subsystem", q.subsystem.clone()),
+                    ("host", q.host.clone()),
+                    ("cntlid", q.cntlid.to_string()),
+                    ("qid", q.qid.to_string()),
+                    ("group", q.group.clone()),
+                ];
+                e.encode_family(&l)?
+                    .encode_gauge(&(q.oldest_ms as f64 / MS_PER_SEC))?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "stuck_commands_outstanding",
+            "Commands outstanding longer than transport.stuck_command_ms now.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for g in &self.0.groups {
+            gauge(
+                &mut e,
+                &vec![("group", g.name.clone())],
+                g.watch.stuck.len() as u64,
+            )?;
         }
         Ok(())
     }

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 pub use cell::{CellKey, CellSnapshot, ClassSnapshot, IoCell};
 
 use crate::controller::Controller;
+use crate::runtime::watch::{StateHistogram, WatchView};
 use crate::runtime::{GroupCounters, GroupStats};
 use crate::target::Target;
 
@@ -132,9 +133,27 @@ impl Registry {
                 w.upgrade().map(|s| GroupRow {
                     name: name.clone(),
                     counters: s.snapshot(),
+                    states: s.states.snapshot(),
+                    watch: s.watch.lock().clone(),
                 })
             })
             .collect()
+    }
+
+    /// What every poll group's command watch last saw: queues with outstanding
+    /// commands (oldest first) and stuck commands (longest outstanding first).
+    pub fn watch(&self) -> WatchView {
+        let mut all = WatchView::default();
+        for (_, w) in self.groups.lock().iter() {
+            if let Some(s) = w.upgrade() {
+                let v = s.watch.lock().clone();
+                all.queues.extend(v.queues);
+                all.stuck.extend(v.stuck);
+            }
+        }
+        all.queues.sort_by_key(|q| std::cmp::Reverse(q.oldest_ms));
+        all.stuck.sort_by_key(|c| std::cmp::Reverse(c.age_ms));
+        all
     }
 }
 
@@ -143,6 +162,12 @@ impl Registry {
 pub struct GroupRow {
     pub name: String,
     pub counters: GroupCounters,
+    /// Time per request state.
+    #[serde(default)]
+    pub states: Vec<StateHistogram>,
+    /// Outstanding and stuck commands at the group's last sweep.
+    #[serde(default)]
+    pub watch: WatchView,
 }
 
 /// One live controller: where it is, and its queues.

@@ -225,6 +225,10 @@ impl Transport for RdmaTransport {
         Some(&q.recv_buf)
     }
 
+    fn describe_transfer(_s: &()) -> String {
+        "the RDMA READ of the host's buffer to complete".to_string()
+    }
+
     fn shared(&self) -> GroupShared {
         GroupShared {
             cq: self.cq.clone(),

@@ -89,6 +89,8 @@ pub struct Runtime<T: Transport> {
     pub(super) stop: Arc<AtomicBool>,
     /// In-capsule data per slot (the target's in-capsule data size).
     pub(super) icd_slot: usize,
+    /// When the command watch sweeps next ([`super::watch`]; the pass clock).
+    pub(super) next_watch_ns: u64,
     epoll: Epoll,
     events: Vec<EpollEvent>,
     /// Backend eventfds watched, with the namespace instance whose channel owns each.
@@ -137,6 +139,7 @@ pub fn spawn<T: Transport>(
         now_ns: stats::mono_ns(),
         ex: ExecCtx::new(target.clone()),
         icd_slot: target.params.in_capsule_data_size as usize,
+        next_watch_ns: 0,
         mode: target.params.poll_mode,
         target,
         pool,
@@ -387,6 +390,10 @@ impl<T: Transport> Runtime<T> {
             self.kill(t, qi, "controller is gone", true);
         }
         t.timers(self, now);
+        if self.now_ns >= self.next_watch_ns {
+            self.next_watch_ns = self.now_ns.saturating_add(super::watch::WATCH_PERIOD_NS);
+            self.watch(self.now_ns);
+        }
     }
 
     /// Makes the queue and buffer gauges visible.

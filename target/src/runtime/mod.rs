@@ -37,6 +37,7 @@ pub mod ports;
 pub mod request;
 pub mod sgl;
 pub mod stats;
+pub mod watch;
 
 use std::time::Instant;
 
@@ -119,6 +120,11 @@ pub trait Transport: Sized + Send + 'static {
     fn close(&mut self, rt: &mut Runtime<Self>, qi: u16, why: &str, linger: bool);
     /// Queue `q` is gone for good (its index may be reused).
     fn freed(&mut self, _q: &Queue<Self>) {}
+    /// Where a command's host-to-controller transfer stands (for a stuck command's
+    /// report: outstanding R2T windows, RDMA READs posted).
+    fn describe_transfer(_s: &Self::Slot) -> String {
+        "transfer in progress".to_string()
+    }
     /// The group stops: release what is left (sockets kept to linger).
     fn shutdown(&mut self, _rt: &mut Runtime<Self>) {}
 }

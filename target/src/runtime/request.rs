@@ -29,11 +29,15 @@ use nvmf_common::wire::status::{generic, Status};
 use super::group::Runtime;
 use super::sgl::{self, HostData};
 use super::stats::{self, bump};
+use super::watch;
 use super::{tag, tag_parts, PoolBuf, Transport};
 use crate::backend::{BackendError, DmaSlice};
 use crate::core::{self, DataDir, Outcome, QueueCtx, Request};
 use crate::metrics::cell::{IoCell, CLASS_OTHER, CLASS_READ, CLASS_WRITE};
-use nvmf_common::wire::nvm;
+use nvmf_common::wire::{admin, nvm};
+
+/// Nanoseconds per millisecond (command ages are kept in ms).
+const NS_PER_MS: u64 = 1_000_000;
 
 /// Where a command is in its life cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +69,10 @@ pub struct Slot<S> {
     /// When the capsule arrived (the pass's clock, [`super::stats::mono_ns`]): the start
     /// of its latency.
     pub start: u64,
+    /// When it entered its current state (same clock; [`super::watch`]).
+    pub since: u64,
+    /// Reported as stuck already (once per command).
+    pub reported: bool,
     pub t: S,
 }
 
@@ -76,6 +84,8 @@ impl<S: Default> Slot<S> {
             host: HostData::None,
             buf: None,
             start: 0,
+            since: 0,
+            reported: false,
             t: S::default(),
         }
     }
@@ -249,6 +259,8 @@ impl<T: Transport> Runtime<T> {
         };
         slot.state = ReqState::New;
         slot.start = now;
+        slot.since = now;
+        slot.reported = false;
         slot.req.reset(sqe_bytes);
         slot.host = HostData::None;
         if draining {
@@ -318,7 +330,7 @@ impl<T: Transport> Runtime<T> {
                 DataDir::HostToCtrl | DataDir::CtrlToHost,
                 HostData::Transport { .. } | HostData::Keyed { .. },
             ) => {
-                slot.state = ReqState::NeedBuffer;
+                watch::enter(slot, ReqState::NeedBuffer, now, &self.stats.states);
                 let gen = q.gen;
                 if self.waiters.is_empty() {
                     self.start_data(t, qi, si);
@@ -360,15 +372,22 @@ impl<T: Transport> Runtime<T> {
                     .fail(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0));
                 return self.complete(t, qi, si);
             }
-            slot.state = ReqState::NeedBuffer;
+            if slot.state != ReqState::NeedBuffer {
+                watch::enter(slot, ReqState::NeedBuffer, self.now_ns, &self.stats.states);
+            }
             self.waiters.push_back((qi, gen, si));
             return;
         };
         stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
         slot.req.data = Some(buf.slice.clone());
         slot.buf = Some(buf);
-        if slot.req.plan.dir == DataDir::HostToCtrl {
-            slot.state = ReqState::TransferringHostToController;
+        let next = if slot.req.plan.dir == DataDir::HostToCtrl {
+            ReqState::TransferringHostToController
+        } else {
+            ReqState::Executing
+        };
+        watch::enter(slot, next, self.now_ns, &self.stats.states);
+        if next == ReqState::TransferringHostToController {
             t.fetch_data(self, qi, si);
         } else {
             self.execute(t, qi, si);
@@ -431,7 +450,7 @@ impl<T: Transport> Runtime<T> {
         let Some(slot) = q.slots.get_mut(usize::from(si)) else {
             return;
         };
-        slot.state = ReqState::Executing;
+        watch::enter(slot, ReqState::Executing, self.now_ns, &self.stats.states);
         match core::execute(&mut q.ctx, &mut self.ex, &mut slot.req, tg) {
             Outcome::Done => {
                 let connected_now = !was_connected && q.ctx.ctrl.is_some();
@@ -441,7 +460,7 @@ impl<T: Transport> Runtime<T> {
                 }
             }
             Outcome::Pending => {}
-            Outcome::Held => slot.state = ReqState::Held,
+            Outcome::Held => watch::enter(slot, ReqState::Held, self.now_ns, &self.stats.states),
         }
     }
 
@@ -487,14 +506,21 @@ impl<T: Transport> Runtime<T> {
     /// The command in slot `si` is finished: hand its data and response to the
     /// transport.
     pub fn complete(&mut self, t: &mut T, qi: u16, si: u16) {
-        let Some(q) = self.queue_mut(qi) else { return };
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
         if q.dead {
             return self.settle(t, qi, si);
         }
         let Some(slot) = q.slots.get_mut(usize::from(si)) else {
             return;
         };
-        slot.state = ReqState::TransferringControllerToHost;
+        watch::enter(
+            slot,
+            ReqState::TransferringControllerToHost,
+            self.now_ns,
+            &self.stats.states,
+        );
         self.account(qi, si);
         t.send_response(self, qi, si);
     }
@@ -555,6 +581,14 @@ impl<T: Transport> Runtime<T> {
         let error = (!ok).then(|| u16::from(req.status.sct.bits()) << 8 | u16::from(req.status.sc));
         let latency_ns = stats::mono_ns().saturating_sub(slot.start);
         cell.record(class, bytes, latency_ns, error);
+        // The high-water mark of command ages (an AER waits for an event by design).
+        let longest = &self.stats.longest_command_ms;
+        let ms = latency_ns / NS_PER_MS;
+        if ms > longest.load(std::sync::atomic::Ordering::Relaxed)
+            && !(q.ctx.qid.is_admin() && req.opcode() == admin::opcode::ASYNC_EVENT_REQUEST)
+        {
+            stats::set(longest, ms);
+        }
     }
 
     /// The transport is done with slot `si`'s response: the slot is free again, and a
@@ -591,7 +625,7 @@ impl<T: Transport> Runtime<T> {
         if slot.state == ReqState::Free {
             return;
         }
-        slot.state = ReqState::Free;
+        watch::enter(slot, ReqState::Free, self.now_ns, &self.stats.states);
         if !dead {
             t.recycle(self, qi, si);
         }

@@ -9,10 +9,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
-        /// Live counters of one poll group.
+        /// Live counters of one poll group, and what its command watch last saw
+        /// ([`super::watch`]).
         #[derive(Debug, Default)]
         pub struct GroupStats {
             $($(#[$doc])* pub $name: AtomicU64,)*
+            /// Time spent per request state.
+            pub states: super::watch::StateTimes,
+            /// Queues with outstanding commands and the stuck ones, published by the
+            /// group's watch (a few times a second, never per I/O).
+            pub watch: parking_lot::Mutex<super::watch::WatchView>,
         }
 
         /// A snapshot of [`GroupStats`] (or the sum over several groups).
@@ -31,9 +37,15 @@ macro_rules! counters {
         }
 
         impl GroupCounters {
-            /// Adds `o` field by field.
+            /// Adds `o` field by field (the maximum, for ages: [`MAX_FIELDS`]).
             pub fn add(&mut self, o: &GroupCounters) {
-                $(self.$name += o.$name;)*
+                $(
+                    self.$name = if MAX_FIELDS.contains(&stringify!($name)) {
+                        self.$name.max(o.$name)
+                    } else {
+                        self.$name + o.$name
+                    };
+                )*
             }
 
             /// Every counter by name, in declaration order (for `ctl status`).
@@ -95,7 +107,17 @@ counters! {
     /// NVMe/RDMA: receives posted to the group's shared receive queue (a gauge;
     /// `rdma.srq_depth` when no capsule is being served and none is lost).
     srq_receives_posted,
+    /// Commands found outstanding longer than `transport.stuck_command_ms` (each
+    /// counted once).
+    stuck_commands,
+    /// Age in ms of the oldest command outstanding now (a gauge; AERs not counted).
+    oldest_command_ms,
+    /// The oldest age in ms any command reached while outstanding (a high-water mark).
+    longest_command_ms,
 }
+
+/// Counters that combine by maximum, not sum, over groups (ages).
+pub const MAX_FIELDS: [&str; 2] = ["oldest_command_ms", "longest_command_ms"];
 
 /// Nanoseconds on the monotonic clock (the one [`std::time::Instant`] reads). The data
 /// path stamps commands with it: two integers subtract in a few instructions, where

@@ -62,6 +62,25 @@ impl TcpSlot {
         self.windows.iter().position(|w| w.0 == datao && end <= w.1)
     }
 
+    /// The R2T state in words (a stuck command's report).
+    pub fn describe(&self) -> String {
+        let windows: Vec<String> = self
+            .windows
+            .iter()
+            .map(|(next, end)| format!("[{next}, {end})"))
+            .collect();
+        format!(
+            "H2CData expected for R2T windows {}; next R2T at offset {}{}",
+            windows.join(", "),
+            self.next_r2t,
+            if self.failed.is_some() {
+                "; data failed its digest"
+            } else {
+                ""
+            }
+        )
+    }
+
     /// Whether data at `datao..end` continues an outstanding R2T window.
     pub fn continues_window(&self, datao: u32, end: u32) -> bool {
         self.window_of(datao, end).is_some()

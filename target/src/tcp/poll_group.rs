@@ -240,6 +240,10 @@ impl Transport for TcpTransport {
         self.send_c2h_and_response(rt, ci, si);
     }
 
+    fn describe_transfer(s: &TcpSlot) -> String {
+        s.describe()
+    }
+
     fn recycle(&mut self, rt: &mut Runtime<Self>, ci: u16, si: u16) {
         if let Some(q) = rt.queue_mut(ci) {
             q.t.free.push(si);

@@ -1,0 +1,260 @@
+//! Outstanding commands made visible: every command a queue accepted is either
+//! answered or its queue ends, and one that is neither for too long cannot hide.
+//!
+//! Each slot records when it entered its [`ReqState`] (`Slot::since`) and when its
+//! capsule arrived (`Slot::start`). On every state change the time spent in the state
+//! left is added to the group's per-state histogram ([`StateTimes`]: a relaxed load and
+//! store of lines only this group writes). A few times a second the group's sweep
+//! ([`Runtime::watch`]) walks its slots: the oldest age per queue and per group are
+//! published ([`WatchView`], the `oldest_command_ms` and `longest_command_ms`
+//! counters), and a command outstanding longer than `transport.stuck_command_ms` is
+//! logged once at warn with its queue, CID, opcode, state and what it waits for (a
+//! buffer, host data, the backend, the transport), counted (`stuck_commands`) and
+//! listed by `ctl status` and the metrics until it finishes.
+//!
+//! Held Asynchronous Event Requests are not outstanding work (they wait for an event
+//! by design) and are left out. Queues that ended with backend I/O still in flight are
+//! watched too: a backend that never completes shows there.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::group::Runtime;
+use super::request::{ReqState, Slot};
+use super::stats::{bump, set};
+use super::Transport;
+use crate::metrics::cell::{bucket_of, LAT_BUCKETS};
+
+/// How often the sweep runs (its resolution; the bound is far larger).
+pub const WATCH_PERIOD_NS: u64 = 250_000_000;
+const NS_PER_MS: u64 = 1_000_000;
+
+/// The states whose time is measured, in [`STATE_NAMES`] order.
+const WATCHED: usize = 4;
+/// Label values of the measured states.
+pub const STATE_NAMES: [&str; WATCHED] = [
+    "need_buffer",
+    "transferring_host_to_controller",
+    "executing",
+    "transferring_controller_to_host",
+];
+
+fn watched_index(s: ReqState) -> Option<usize> {
+    match s {
+        ReqState::NeedBuffer => Some(0),
+        ReqState::TransferringHostToController => Some(1),
+        ReqState::Executing => Some(2),
+        ReqState::TransferringControllerToHost => Some(3),
+        ReqState::Free | ReqState::New | ReqState::Held => None,
+    }
+}
+
+/// Time spent per request state: one latency histogram (the metrics' power-of-two
+/// microsecond buckets) and a sum per measured state. Written by its group only.
+#[derive(Debug, Default)]
+pub struct StateTimes {
+    buckets: [[AtomicU64; LAT_BUCKETS]; WATCHED],
+    sum_ns: [AtomicU64; WATCHED],
+}
+
+/// A snapshot of one state's histogram.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateHistogram {
+    pub state: String,
+    /// Per bucket (not cumulative).
+    pub buckets: Vec<u64>,
+    pub sum_ns: u64,
+}
+
+impl StateTimes {
+    /// `ns` spent in `state` (states that are not measured are ignored).
+    #[inline]
+    pub fn record(&self, state: ReqState, ns: u64) {
+        let Some(i) = watched_index(state) else {
+            return;
+        };
+        if let (Some(b), Some(s)) = (
+            self.buckets.get(i).and_then(|b| b.get(bucket_of(ns))),
+            self.sum_ns.get(i),
+        ) {
+            bump(b, 1);
+            bump(s, ns);
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<StateHistogram> {
+        STATE_NAMES
+            .iter()
+            .zip(self.buckets.iter().zip(&self.sum_ns))
+            .map(|(name, (b, s))| StateHistogram {
+                state: (*name).to_string(),
+                buckets: b.iter().map(|x| x.load(Ordering::Relaxed)).collect(),
+                sum_ns: s.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+/// Moves `slot` to `state` at `now` (ns), charging the time in the state it leaves.
+#[inline]
+pub fn enter<S>(slot: &mut Slot<S>, state: ReqState, now: u64, times: &StateTimes) {
+    times.record(slot.state, now.saturating_sub(slot.since));
+    slot.state = state;
+    slot.since = now;
+}
+
+/// One queue with outstanding commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueAge {
+    pub group: String,
+    pub subsystem: String,
+    pub host: String,
+    pub cntlid: u16,
+    pub qid: u16,
+    /// The queue ended; commands of it still wait for the backend.
+    pub ended: bool,
+    pub outstanding: usize,
+    pub oldest_ms: u64,
+}
+
+/// A command outstanding longer than the bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StuckCommand {
+    pub group: String,
+    pub subsystem: String,
+    pub host: String,
+    pub cntlid: u16,
+    pub qid: u16,
+    pub cid: u16,
+    pub opcode: u8,
+    pub nsid: u32,
+    pub state: String,
+    /// Time in its current state.
+    pub state_ms: u64,
+    /// Time since its capsule arrived.
+    pub age_ms: u64,
+    pub waiting_for: String,
+}
+
+/// What a group's last sweep saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchView {
+    pub queues: Vec<QueueAge>,
+    pub stuck: Vec<StuckCommand>,
+}
+
+impl std::fmt::Display for StuckCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "subsystem {} host {} cntlid {} qid {} cid {:#06x} opcode {:#04x} nsid {}: {} for {} ms (outstanding {} ms), waiting for {}",
+            self.subsystem,
+            self.host,
+            self.cntlid,
+            self.qid,
+            self.cid,
+            self.opcode,
+            self.nsid,
+            self.state,
+            self.state_ms,
+            self.age_ms,
+            self.waiting_for
+        )
+    }
+}
+
+fn state_name(s: ReqState) -> &'static str {
+    watched_index(s)
+        .and_then(|i| STATE_NAMES.get(i))
+        .copied()
+        .unwrap_or(match s {
+            ReqState::New => "new",
+            ReqState::Held => "held",
+            _ => "free",
+        })
+}
+
+impl<T: Transport> Runtime<T> {
+    /// The sweep: ages per queue and group, stuck commands reported once each.
+    pub(super) fn watch(&mut self, now: u64) {
+        let bound = u64::from(self.target.params.stuck_command_ms) * NS_PER_MS;
+        let (in_use, waiting) = (self.pool.in_use(), self.waiters.len());
+        let mut view = WatchView::default();
+        let mut oldest = 0u64;
+        let mut newly_stuck = 0u64;
+        for q in self.queues.iter_mut().flatten() {
+            let mut q_oldest = 0u64;
+            let mut outstanding = 0usize;
+            for s in &mut q.slots {
+                if matches!(s.state, ReqState::Free | ReqState::Held) {
+                    continue;
+                }
+                let age = now.saturating_sub(s.start);
+                outstanding += 1;
+                q_oldest = q_oldest.max(age);
+                if age < bound {
+                    continue;
+                }
+                let ctrl = q.ctx.ctrl.as_ref();
+                let waiting_for = match s.state {
+                    ReqState::NeedBuffer => format!(
+                        "a data buffer of {} bytes ({in_use} buffers in use, {waiting} commands waiting for one)",
+                        s.req.plan.len
+                    ),
+                    ReqState::TransferringHostToController => {
+                        format!("host data ({})", T::describe_transfer(&s.t))
+                    }
+                    ReqState::Executing => match s.req.namespace() {
+                        Some(n) => format!("the backend ({})", n.backend.info().description),
+                        None => "its execution".to_string(),
+                    },
+                    _ => "the transport to send its data and response".to_string(),
+                };
+                let cmd = StuckCommand {
+                    group: self.name.clone(),
+                    subsystem: ctrl.map(|c| c.subsys.nqn.to_string()).unwrap_or_default(),
+                    host: ctrl.map(|c| c.hostnqn.to_string()).unwrap_or_default(),
+                    cntlid: ctrl.map_or(0, |c| c.cntlid.0),
+                    qid: q.ctx.qid.0,
+                    cid: s.req.cid(),
+                    opcode: s.req.opcode(),
+                    nsid: s.req.cmd().nsid(),
+                    state: state_name(s.state).to_string(),
+                    state_ms: now.saturating_sub(s.since) / NS_PER_MS,
+                    age_ms: age / NS_PER_MS,
+                    waiting_for,
+                };
+                if !s.reported {
+                    s.reported = true;
+                    newly_stuck += 1;
+                    warn!(group = %self.name, "stuck command: {cmd}");
+                }
+                view.stuck.push(cmd);
+            }
+            if outstanding > 0 {
+                let ctrl = q.ctx.ctrl.as_ref();
+                view.queues.push(QueueAge {
+                    group: self.name.clone(),
+                    subsystem: ctrl.map(|c| c.subsys.nqn.to_string()).unwrap_or_default(),
+                    host: ctrl.map(|c| c.hostnqn.to_string()).unwrap_or_default(),
+                    cntlid: ctrl.map_or(0, |c| c.cntlid.0),
+                    qid: q.ctx.qid.0,
+                    ended: q.dead,
+                    outstanding,
+                    oldest_ms: q_oldest / NS_PER_MS,
+                });
+            }
+            oldest = oldest.max(q_oldest);
+        }
+        let oldest_ms = oldest / NS_PER_MS;
+        let st = &self.stats;
+        bump(&st.stuck_commands, newly_stuck);
+        set(&st.oldest_command_ms, oldest_ms);
+        if oldest_ms > st.longest_command_ms.load(Ordering::Relaxed) {
+            set(&st.longest_command_ms, oldest_ms);
+        }
+        *st.watch.lock() = view;
+    }
+}
