@@ -5,6 +5,7 @@ pub mod auth;
 pub mod backend;
 pub mod controller;
 pub mod core;
+pub mod durable;
 pub mod fastmap;
 pub mod limits;
 pub mod live;

@@ -12,7 +12,6 @@
 //! the command completes, and loaded when the namespace is created.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
@@ -460,16 +459,6 @@ fn load(path: &Path) -> Option<State> {
 }
 
 fn save(path: &Path, s: &State) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
     let text = serde_json::to_vec_pretty(s).map_err(std::io::Error::other)?;
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&text)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    crate::durable::write_atomic(path, &text)
 }

@@ -13,6 +13,7 @@
 //! {"op":"set-host-key","host":"...","key_file":"/etc/nvmf/h1.key"}
 //! {"op":"set-ana","portid":2,"grpid":1,"state":"inaccessible"}
 //! {"op":"reload"}
+//! {"op":"export"}
 //! {"op":"status"}
 //! {"op":"metrics"}
 //! ```
@@ -100,6 +101,8 @@ pub enum Request {
         clear_ctrl_key: bool,
     },
     Reload,
+    /// The running configuration as YAML that starts the same target.
+    Export,
     Status,
     /// The data-path counters (for `ctl top`).
     Metrics,
@@ -117,6 +120,9 @@ pub struct Response {
     pub status: Option<StatusView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<crate::metrics::Snapshot>,
+    /// `export`: the running configuration (YAML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
 }
 
 impl Response {
@@ -128,6 +134,7 @@ impl Response {
                 error: None,
                 status: None,
                 metrics: None,
+                config: None,
             },
             Err(e) => Response::error(e),
         }
@@ -140,6 +147,7 @@ impl Response {
             error: Some(e),
             status: None,
             metrics: None,
+            config: None,
         }
     }
 }
@@ -154,6 +162,7 @@ pub fn handle(live: &Live, req: &Request) -> Response {
                 error: None,
                 status: Some(live.status()),
                 metrics: None,
+                config: None,
             }
         }
         Request::Metrics => {
@@ -163,6 +172,16 @@ pub fn handle(live: &Live, req: &Request) -> Response {
                 error: None,
                 status: None,
                 metrics: Some(crate::metrics::snapshot(live.target())),
+                config: None,
+            }
+        }
+        Request::Export => {
+            return match live.export() {
+                Ok(yaml) => Response {
+                    config: Some(yaml),
+                    ..Response::from_result(Ok(Vec::new()))
+                },
+                Err(e) => Response::error(e),
             }
         }
         Request::Reload => return Response::from_result(live.reload()),
@@ -404,6 +423,9 @@ pub enum CtlCommand {
     },
     /// Re-read the configuration file (as SIGHUP does).
     Reload,
+    /// Print the running configuration as YAML that starts the same target (what a
+    /// live change writes into the configuration file).
+    Export,
     /// Show ports, subsystems, namespaces, connected hosts and queue counts.
     Status {
         /// Print JSON.
@@ -465,6 +487,7 @@ impl CtlCommand {
                 clear_ctrl_key,
             },
             CtlCommand::Reload => Request::Reload,
+            CtlCommand::Export => Request::Export,
             CtlCommand::Status { .. } => Request::Status,
             CtlCommand::Top(_) => Request::Metrics,
         }
@@ -512,6 +535,9 @@ pub fn run_client(path: &Path, cmd: &CtlCommand) -> bool {
                     }
                 }
                 (Some(s), _) => print!("{s}"),
+                (None, _) if resp.config.is_some() => {
+                    print!("{}", resp.config.as_deref().unwrap_or_default());
+                }
                 (None, _) if resp.changes.is_empty() => println!("no change"),
                 (None, _) => {
                     for c in &resp.changes {

@@ -10,8 +10,18 @@
 //! the Changed Namespace List; discovery hosts get Discovery Log Page Change events.
 //! Transport tuning and subsystem identities need a restart and are refused.
 //!
-//! Changes made through the socket live in the running configuration only: the next
-//! SIGHUP re-reads the file, which stays the source of truth.
+//! Durable state: the configuration file (`--config`) is the one source of truth. A
+//! change made through the socket is written into that file ([`crate::durable`]:
+//! temporary file, fsync, rename, fsync of the directory) before it is applied and
+//! acknowledged, so a reload, SIGHUP or restart yields exactly the running state.
+//! The file is rewritten from the running configuration ([`Config::to_yaml`]): every
+//! setting is kept, comments and layout of a hand-written file are not (a header
+//! says so). A hand edit and a live change never undo each other: the target
+//! remembers the bytes it last read or wrote, and a live change finding the file
+//! edited since is refused until a reload applies the edit. A reload that is refused
+//! leaves that so. Without `--config` changes live in memory only.
+//!
+//! Lock order: `running`, then `file`.
 
 pub mod ctl;
 pub mod hooks;
@@ -21,7 +31,7 @@ pub mod status;
 pub mod top;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -126,7 +136,16 @@ pub struct Live {
     running: Mutex<Config>,
     hooks: Arc<dyn PortHooks>,
     config_path: Option<PathBuf>,
+    /// The config file's bytes as the target last read or wrote them (None: not
+    /// known to match the running configuration; live changes wait for a reload).
+    file: Mutex<Option<Vec<u8>>>,
 }
+
+/// First lines of a configuration file the target rewrote.
+const REWRITTEN_HEADER: &str = "\
+# nvmf-target configuration. Live changes (nvmf-target ctl) rewrite this file before
+# they are acknowledged: every setting is kept, comments and layout are not.
+";
 
 impl Live {
     /// `cfg` is what `target` was built from; `config_path` is re-read by [`Live::reload`].
@@ -136,11 +155,23 @@ impl Live {
         hooks: Arc<dyn PortHooks>,
         config_path: Option<PathBuf>,
     ) -> Arc<Live> {
+        // The file as it is now, if it still says what the target was built from.
+        let file = config_path.as_ref().and_then(|p| {
+            let bytes = std::fs::read(p).ok()?;
+            let text = std::str::from_utf8(&bytes).ok()?;
+            let same = Config::from_yaml_str(text, &p.display().to_string())
+                .is_ok_and(|c| c == cfg);
+            if !same {
+                warn!(path = %p.display(), "the configuration file changed since it was read: live changes wait for a reload");
+            }
+            same.then_some(bytes)
+        });
         Arc::new(Live {
             target,
             running: Mutex::new(cfg),
             hooks,
             config_path,
+            file: Mutex::new(file),
         })
     }
 
@@ -158,30 +189,75 @@ impl Live {
         let Some(path) = &self.config_path else {
             return Err("the target was started without --config: nothing to re-read".into());
         };
-        let cfg = Config::load(path).map_err(|e| e.to_string())?;
-        self.apply(cfg)
+        let mut running = self.running.lock();
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
+        let cfg =
+            Config::from_yaml_str(text, &path.display().to_string()).map_err(|e| e.to_string())?;
+        let changes = self.apply_locked(&mut running, cfg, &[], None)?;
+        *self.file.lock() = Some(bytes);
+        Ok(changes)
     }
 
-    /// Moves the target to `new`, whole or not at all. Returns what changed.
+    /// Moves the target to `new`, whole or not at all (not written anywhere: tests and
+    /// embedders). Returns what changed.
     pub fn apply(&self, new: Config) -> Result<Vec<String>, String> {
         let mut running = self.running.lock();
-        self.apply_locked(&mut running, new, &[])
+        self.apply_locked(&mut running, new, &[], None)
     }
 
-    /// Runs one administrative change on a copy of the running configuration.
+    /// Runs one administrative change on a copy of the running configuration; with a
+    /// config file, the change is in the file before it is applied.
     pub fn execute(&self, op: &Op) -> Result<Vec<String>, String> {
         let mut running = self.running.lock();
         let mut new = running.clone();
         let mut resize = Vec::new();
         edit(&mut new, op, &mut resize)?;
-        self.apply_locked(&mut running, new, &resize)
+        // (A change that leaves the configuration as it is, resize-ns, writes nothing.)
+        let save = match &self.config_path {
+            Some(path) if new != *running => Some((path.as_path(), self.unchanged_file(path)?)),
+            _ => None,
+        };
+        self.apply_locked(&mut running, new, &resize, save)
     }
 
+    /// The config file's bytes, when they are still what the target last read or
+    /// wrote; otherwise why a live change must wait.
+    fn unchanged_file(&self, path: &Path) -> Result<Vec<u8>, String> {
+        let now = std::fs::read(path).map_err(|e| {
+            format!(
+                "{}: cannot read the configuration file to save the change: {e}; nothing changed",
+                path.display()
+            )
+        })?;
+        if self.file.lock().as_deref() != Some(now.as_slice()) {
+            let e = format!(
+                "{} was edited since the target read it: apply it first (nvmf-target ctl reload, or SIGHUP), then repeat the change; nothing changed",
+                path.display()
+            );
+            warn!("live change refused: {e}");
+            return Err(e);
+        }
+        Ok(now)
+    }
+
+    /// The running configuration as the file the target writes.
+    pub fn export(&self) -> Result<String, String> {
+        let yaml = self.running.lock().to_yaml().map_err(|e| e.to_string())?;
+        Ok(format!("{REWRITTEN_HEADER}{yaml}"))
+    }
+
+    /// Plans `new` against `running` and applies it. With `save` (the config file and
+    /// its current bytes), `new` is written into the file once the plan holds and
+    /// before anything changes; a listener that then fails to bind restores the file.
     fn apply_locked(
         &self,
         running: &mut Config,
         new: Config,
         resize: &[(String, Nsid)],
+        save: Option<(&Path, Vec<u8>)>,
     ) -> Result<Vec<String>, String> {
         let hooks = self.hooks.clone();
         let can = move |t: TrType| hooks.can_serve(t);
@@ -192,7 +268,21 @@ impl Live {
         let policies = crate::auth::HostPolicies::build(&new.hosts).inspect_err(|e| {
             warn!("configuration change refused: {e}");
         })?;
-        self.bind_ports(running, &plan.steps)?;
+        let written = match &save {
+            Some((path, _)) => Some(self.save(path, &new)?),
+            None => None,
+        };
+        if let Err(e) = self.bind_ports(running, &plan.steps) {
+            if let Some((path, old)) = &save {
+                if let Err(e2) = crate::durable::write_atomic(path, old) {
+                    warn!(path = %path.display(), "cannot restore the configuration file: {e2}");
+                }
+            }
+            return Err(e);
+        }
+        if let Some(bytes) = written {
+            *self.file.lock() = Some(bytes);
+        }
         self.swap_in(plan.steps);
         let mut changes = plan.changes;
         for p in &new.ports {
@@ -206,6 +296,21 @@ impl Live {
         }
         *running = new;
         Ok(changes)
+    }
+
+    /// Writes `cfg` into the config file at `path` (atomically and durably).
+    fn save(&self, path: &Path, cfg: &Config) -> Result<Vec<u8>, String> {
+        let yaml = cfg.to_yaml().map_err(|e| e.to_string())?;
+        let bytes = format!("{REWRITTEN_HEADER}{yaml}").into_bytes();
+        crate::durable::write_atomic(path, &bytes).map_err(|e| {
+            let e = format!(
+                "cannot save the change in {}: {e}; nothing changed",
+                path.display()
+            );
+            warn!("live change refused: {e}");
+            e
+        })?;
+        Ok(bytes)
     }
 
     /// Listener changes first: they are the only steps that can still fail. On failure,
