@@ -2,9 +2,11 @@
 //! allocator with power-of-two size classes (4 KiB up to the largest transfer).
 //!
 //! A request for a class takes a free block of that class, or splits the smallest
-//! larger free block; a freed block merges with its buddy whenever that is free too.
-//! So every byte of the arena serves every class: memory that once held many small
-//! buffers serves a large one as soon as they are back. (The first version carved the
+//! larger free block. A freed block goes back to its class's list as it is, and free
+//! buddies are merged when a request finds no block (lazy coalescing: a steady load of
+//! one size reuses its blocks without splitting and merging on every I/O). So every
+//! byte of the arena serves every class: memory that once held many small buffers
+//! serves a large one as soon as they are back. (The first version carved the
 //! arena once into per-class free lists and never merged them: after enough traffic
 //! of other sizes, a transfer of a class never used before found no free block and no
 //! untouched arena, and its command waited for a buffer forever, with every later
@@ -63,6 +65,8 @@ pub struct BufferPool {
     /// The largest class (in classes above the smallest).
     max_class: u8,
     in_use: usize,
+    /// Blocks were freed since the last merge of buddies.
+    unmerged: bool,
 }
 
 impl BufferPool {
@@ -91,6 +95,7 @@ impl BufferPool {
             first: vec![NIL; usize::from(max_class) + 1],
             max_class,
             in_use: 0,
+            unmerged: false,
         };
         // The arena as blocks of the largest class, then the rest as one block per
         // bit of its size, largest first: every block is aligned to its size, and a
@@ -135,11 +140,15 @@ impl BufferPool {
         if class > self.max_class {
             return None;
         }
-        // The smallest class at or above the wanted one with a free block.
-        let mut from = class;
-        while self.first.get(usize::from(from)).is_some_and(|&f| f == NIL) {
-            from += 1;
-        }
+        let from = match self.free_class_from(class) {
+            Some(c) => c,
+            None if self.unmerged => {
+                self.merge_buddies();
+                self.free_class_from(class)?
+            }
+            None => return None,
+        };
+        let mut from = from;
         let unit = *self.first.get(usize::from(from))?;
         self.unlink(unit, from);
         // Split down: the upper halves stay free.
@@ -149,7 +158,8 @@ impl BufferPool {
         }
         let off = (unit as usize) << MIN_CLASS_SHIFT;
         let Some(slice) = DmaSlice::new(self.arena.clone(), off, len as usize) else {
-            self.release(unit, class);
+            self.push(unit, class);
+            self.unmerged = true;
             return None;
         };
         self.in_use += 1;
@@ -167,25 +177,48 @@ impl BufferPool {
         if !ours {
             return;
         }
-        self.release(unit, b.class);
+        self.push(unit, b.class);
+        self.unmerged = true;
         self.in_use = self.in_use.saturating_sub(1);
     }
 
-    /// Returns block `unit` of `class`, merged with its buddies while they are free.
-    fn release(&mut self, mut unit: u32, mut class: u8) {
-        while class < self.max_class {
-            let size = 1u32 << class;
-            let buddy = unit ^ size;
-            let free_buddy = buddy.checked_add(size).is_some_and(|end| end <= self.units)
-                && self.head.get(buddy as usize) == Some(&(FREE | class));
-            if !free_buddy {
-                break;
-            }
-            self.unlink(buddy, class);
-            unit = unit.min(buddy);
-            class += 1;
+    /// The smallest class at or above `class` with a free block.
+    fn free_class_from(&self, class: u8) -> Option<u8> {
+        let mut c = class;
+        while self.first.get(usize::from(c)).is_some_and(|&f| f == NIL) {
+            c += 1;
         }
-        self.push(unit, class);
+        (usize::from(c) < self.first.len()).then_some(c)
+    }
+
+    /// Merges every pair of free buddies, smallest class first (so merged blocks merge
+    /// further in the next class).
+    fn merge_buddies(&mut self) {
+        let mut blocks = Vec::new();
+        for class in 0..self.max_class {
+            blocks.clear();
+            let mut u = self.first.get(usize::from(class)).copied().unwrap_or(NIL);
+            while u != NIL {
+                blocks.push(u);
+                u = self.next.get(u as usize).copied().unwrap_or(NIL);
+            }
+            let size = 1u32 << class;
+            for &u in &blocks {
+                // Already merged as the buddy of an earlier block.
+                if self.head.get(u as usize) != Some(&(FREE | class)) {
+                    continue;
+                }
+                let buddy = u ^ size;
+                let free_buddy = buddy.checked_add(size).is_some_and(|end| end <= self.units)
+                    && self.head.get(buddy as usize) == Some(&(FREE | class));
+                if free_buddy {
+                    self.unlink(u, class);
+                    self.unlink(buddy, class);
+                    self.push(u.min(buddy), class + 1);
+                }
+            }
+        }
+        self.unmerged = false;
     }
 
     /// Puts free block `unit` of `class` first on its list.

@@ -75,10 +75,18 @@ impl StateTimes {
         let Some(i) = watched_index(state) else {
             return;
         };
-        if let (Some(b), Some(s)) = (
-            self.buckets.get(i).and_then(|b| b.get(bucket_of(ns))),
-            self.sum_ns.get(i),
-        ) {
+        let Some(b) = self.buckets.get(i) else {
+            return;
+        };
+        // Most transitions happen in the pass the state began (the pass clock has not
+        // moved): the first bucket, nothing to add to the sum.
+        if ns == 0 {
+            if let Some(b0) = b.first() {
+                bump(b0, 1);
+            }
+            return;
+        }
+        if let (Some(b), Some(s)) = (b.get(bucket_of(ns)), self.sum_ns.get(i)) {
             bump(b, 1);
             bump(s, ns);
         }
