@@ -164,4 +164,9 @@ fn service_files_match_the_binary() {
     }
     assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
     assert!(unit.contains("check-config /etc/nvmf-target/config.yaml"));
+    // ProtectSystem=full makes /etc read-only: live changes are saved in the config file.
+    assert!(
+        unit.contains("ReadWritePaths=/etc/nvmf-target"),
+        "the service could not save live changes"
+    );
 }
