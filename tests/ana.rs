@@ -16,6 +16,7 @@ use nvmf_initiator::command;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::transport::DataDir;
 use nvmf_target::live::ctl::{handle, Request};
+use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{connect_as, free_port, start_live, wait_aer, LiveTarget};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:ana";
@@ -148,11 +149,11 @@ fn ctl_set_ana_changes_states_live_with_a_notice() {
     let set = |state| {
         let r = handle(
             &t.live,
-            &Request::SetAna {
+            &Request::Change(Op::SetAna {
                 portid: 2,
                 grpid: 2,
                 state,
-            },
+            }),
         );
         assert!(r.ok, "{:?}", r.error);
         r.changes

@@ -12,6 +12,7 @@ use nvmf_common::types::Nqn;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::error::Error;
 use nvmf_target::live::ctl::{handle, Request};
+use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{free_port, host, options_as, start_live, tmp_path};
 use nvmf_tests::write_read_verify;
 
@@ -59,12 +60,12 @@ fn ctl_set_host_key_applies_from_the_next_authentication() {
     let (h, _) = host(1);
     let r = handle(
         &t.live,
-        &Request::SetHostKey {
+        &Request::Change(Op::SetHostKey {
             host: h.to_string(),
             key_file: Some(f_new.clone()),
             ctrl_key_file: None,
             clear_ctrl_key: false,
-        },
+        }),
     );
     assert!(r.ok, "{:?}", r.error);
     assert!(

@@ -21,6 +21,7 @@ use nvmf_initiator::perf::{self, parse::Rw, PerfOptions, PerfTarget};
 use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy, Session};
 use nvmf_initiator::requeue::{Requeue, SharedSession};
 use nvmf_target::live::ctl::{handle, Request};
+use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{free_port, options_as, start_live, LiveTarget};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:multipath";
@@ -99,11 +100,11 @@ fn perf_verify_keeps_running_when_a_path_turns_inaccessible() {
     let path = verify_through(&a, &b, move || {
         let r = handle(
             &live,
-            &Request::SetAna {
+            &Request::Change(Op::SetAna {
                 portid: 1,
                 grpid: 1,
                 state: AnaState::Inaccessible,
-            },
+            }),
         );
         assert!(r.ok, "{:?}", r.error);
     });
@@ -128,11 +129,11 @@ fn perf_verify_keeps_running_when_a_node_goes_away() {
 fn set_ana(t: &LiveTarget, state: AnaState) {
     let r = handle(
         &t.live,
-        &Request::SetAna {
+        &Request::Change(Op::SetAna {
             portid: 1,
             grpid: 1,
             state,
-        },
+        }),
     );
     assert!(r.ok, "{:?}", r.error);
 }
@@ -232,11 +233,11 @@ fn inaccessible_path_hands_over_and_rejoins_when_optimized() {
         std::thread::sleep(Duration::from_millis(300));
         let r = handle(
             &live,
-            &Request::SetAna {
+            &Request::Change(Op::SetAna {
                 portid: 1,
                 grpid: 1,
                 state: AnaState::Inaccessible,
-            },
+            }),
         );
         assert!(r.ok, "{:?}", r.error);
     });

@@ -22,6 +22,7 @@ use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy};
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
 use nvmf_target::live::ctl::{self, Request};
+use nvmf_target::live::Op;
 use nvmf_tests::ops_support::options_as;
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:netns";
@@ -166,11 +167,11 @@ impl Node {
     fn set_ana(&self, state: AnaState) {
         let r = ctl::request(
             &self.ctl,
-            &Request::SetAna {
+            &Request::Change(Op::SetAna {
                 portid: 1,
                 grpid: 1,
                 state,
-            },
+            }),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(r.ok, "{:?}", r.error);

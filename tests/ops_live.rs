@@ -11,6 +11,7 @@ use nvmf_common::wire::log::lid;
 use nvmf_common::wire::status::{cmd_specific, Sct};
 use nvmf_initiator::namespace::NsIo;
 use nvmf_target::live::ctl::{request, CtlServer, Request};
+use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{
     changed_ns_list, connect_as, discovery_as, free_port, host, nsze, read_log, start_live,
     tmp_path, wait_aer, LiveTarget,
@@ -73,7 +74,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
 
     let changes = ok(
         &sock,
-        Request::AddNs {
+        Request::Change(Op::AddNs {
             nqn: SUB.into(),
             device_path: "ram:4M".into(),
             nsid: None,
@@ -81,7 +82,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
-        },
+        }),
     );
     assert!(
         changes.iter().any(|c| c.contains("namespace 2 added")),
@@ -93,10 +94,10 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
 
     ok(
         &sock,
-        Request::RemoveNs {
+        Request::Change(Op::RemoveNs {
             nqn: SUB.into(),
             nsid: 2,
-        },
+        }),
     );
     // Reading the log above unmasked the notice: a second event arrives.
     assert_ns_notice(wait_aer(&c));
@@ -106,17 +107,17 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
     // Refusals carry the reason and change nothing.
     let r = request(
         sock.path(),
-        &Request::RemoveNs {
+        &Request::Change(Op::RemoveNs {
             nqn: SUB.into(),
             nsid: 9,
-        },
+        }),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.ok);
     assert!(r.error.unwrap_or_default().contains("no namespace 9"));
     let r = request(
         sock.path(),
-        &Request::AddNs {
+        &Request::Change(Op::AddNs {
             nqn: SUB.into(),
             device_path: "/nonexistent/disk.img".into(),
             nsid: Some(3),
@@ -124,7 +125,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
-        },
+        }),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.ok);
@@ -156,20 +157,20 @@ fn resize_after_the_backing_file_grew() {
     // Not grown yet: nothing to do.
     let same = ok(
         &sock,
-        Request::ResizeNs {
+        Request::Change(Op::ResizeNs {
             nqn: SUB.into(),
             nsid: 2,
-        },
+        }),
     );
     assert!(same.iter().any(|c| c.contains("unchanged")), "{same:?}");
 
     f.set_len(16 << 20).unwrap_or_else(|e| panic!("{e}"));
     let changes = ok(
         &sock,
-        Request::ResizeNs {
+        Request::Change(Op::ResizeNs {
             nqn: SUB.into(),
             nsid: 2,
-        },
+        }),
     );
     assert!(changes.iter().any(|c| c.contains("resized")), "{changes:?}");
     assert_ns_notice(wait_aer(&c));
@@ -218,10 +219,10 @@ fn hosts_added_and_removed_control_connect_and_discovery() {
 
     ok(
         &sock,
-        Request::AddHost {
+        Request::Change(Op::AddHost {
             nqn: SUB.into(),
             host: h1.to_string(),
-        },
+        }),
     );
     let c = connect_as(&t.fabric(1), 1, &sub(), 1, 0).unwrap_or_else(|e| panic!("{e}"));
     let g1 = read_log(&d);
@@ -230,10 +231,10 @@ fn hosts_added_and_removed_control_connect_and_discovery() {
 
     ok(
         &sock,
-        Request::RemoveHost {
+        Request::Change(Op::RemoveHost {
             nqn: SUB.into(),
             host: h1.to_string(),
-        },
+        }),
     );
     assert!(connect_as(&t.fabric(1), 1, &sub(), 1, 0).is_err());
     assert!(read_log(&d).entries.iter().all(|e| e.subnqn != SUB));

@@ -36,6 +36,7 @@ mod rbd {
     use nvmf_initiator::transport::tcp::TcpOptions;
     use nvmf_initiator::transport::Fabric;
     use nvmf_target::live::ctl::{handle, Request};
+    use nvmf_target::live::Op;
     use nvmf_tests::ceph_cluster::CephCluster;
     use nvmf_tests::ops_support::{
         changed_ns_list, connect_as, free_port, nsze, start_live, wait_aer,
@@ -155,10 +156,10 @@ mod rbd {
         let resize = || {
             let r = handle(
                 &t.live,
-                &Request::ResizeNs {
+                &Request::Change(Op::ResizeNs {
                     nqn: SUB.into(),
                     nsid: 1,
-                },
+                }),
             );
             assert!(r.ok, "resize-ns: {:?}", r.error);
             r.changes
@@ -222,7 +223,7 @@ mod rbd {
         cluster.rbd(&["create", "rbd/img2", "--size", "8M"]);
         let r = handle(
             &t.live,
-            &Request::AddNs {
+            &Request::Change(Op::AddNs {
                 nqn: SUB.into(),
                 device_path: "rbd:rbd/img2".into(),
                 nsid: Some(2),
@@ -230,14 +231,14 @@ mod rbd {
                 client_id: Some("admin".into()),
                 keyring: None,
                 ceph_options: Default::default(),
-            },
+            }),
         );
         assert!(r.ok, "add-ns: {:?}", r.error);
         assert_eq!(nsze(&c, 2) * BLOCK as u64, 8 << 20);
         // The Ceph keys belong to rbd: namespaces only.
         let r = handle(
             &t.live,
-            &Request::AddNs {
+            &Request::Change(Op::AddNs {
                 nqn: SUB.into(),
                 device_path: "ram:1M".into(),
                 nsid: Some(3),
@@ -245,7 +246,7 @@ mod rbd {
                 client_id: None,
                 keyring: None,
                 ceph_options: Default::default(),
-            },
+            }),
         );
         assert!(!r.ok, "ceph_conf accepted on a RAM namespace");
     }

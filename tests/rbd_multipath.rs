@@ -32,6 +32,7 @@ mod rbd {
     use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy, Session};
     use nvmf_initiator::requeue::{Requeue, SharedSession};
     use nvmf_target::live::ctl::{handle, Request};
+    use nvmf_target::live::Op;
     use nvmf_tests::ceph_cluster::CephCluster;
     use nvmf_tests::ops_support::{free_port, options_as, start_live, LiveTarget};
 
@@ -121,11 +122,11 @@ mod rbd {
         let path = verify_through(&a, &b, move || {
             let r = handle(
                 &live,
-                &Request::SetAna {
+                &Request::Change(Op::SetAna {
                     portid: 1,
                     grpid: 1,
                     state: AnaState::Inaccessible,
-                },
+                }),
             );
             assert!(r.ok, "{:?}", r.error);
         });

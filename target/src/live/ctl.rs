@@ -23,7 +23,6 @@
 //!
 //! The socket is created mode 0600: whoever can write it administers the target.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -50,62 +49,25 @@ const MAX_REQUEST: u64 = 64 * 1024;
 /// What the log shows instead of a secret.
 const REDACTED: &str = "(secret, not logged)";
 
-/// One request on the socket.
+/// One request on the socket: a change ([`Op`], its own `op` tag) or a query.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Request {
-    AddNs {
-        nqn: String,
-        device_path: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        nsid: Option<u32>,
-        /// `rbd:` namespaces: the Ceph configuration file, client id and keyring.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        ceph_conf: Option<PathBuf>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        client_id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        keyring: Option<PathBuf>,
-        /// `rbd:` namespaces: Ceph client options (the YAML `ceph_options`).
-        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        ceph_options: BTreeMap<String, String>,
-    },
-    RemoveNs {
-        nqn: String,
-        nsid: u32,
-    },
-    ResizeNs {
-        nqn: String,
-        nsid: u32,
-    },
-    AddHost {
-        nqn: String,
-        host: String,
-    },
-    RemoveHost {
-        nqn: String,
-        host: String,
-    },
-    SetAna {
-        portid: u16,
-        grpid: u32,
-        state: nvmf_common::config::AnaState,
-    },
-    SetHostKey {
-        host: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        key_file: Option<PathBuf>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        ctrl_key_file: Option<PathBuf>,
-        #[serde(default)]
-        clear_ctrl_key: bool,
-    },
     Reload,
     /// The running configuration as YAML that starts the same target.
     Export,
     Status,
     /// The data-path counters (for `ctl top`).
     Metrics,
+    /// Any other `op`: a change.
+    #[serde(untagged)]
+    Change(Op),
+}
+
+impl From<Op> for Request {
+    fn from(op: Op) -> Request {
+        Request::Change(op)
+    }
 }
 
 /// The answer: `ok` with what changed (or the status view), or the reason for refusal.
@@ -185,47 +147,7 @@ pub fn handle(live: &Live, req: &Request) -> Response {
             }
         }
         Request::Reload => return Response::from_result(live.reload()),
-        Request::AddNs {
-            nqn,
-            device_path,
-            nsid,
-            ceph_conf,
-            client_id,
-            keyring,
-            ceph_options,
-        } => Op::AddNs {
-            nqn,
-            nsid,
-            device_path,
-            ceph_conf,
-            client_id,
-            keyring,
-            ceph_options,
-        },
-        Request::RemoveNs { nqn, nsid } => Op::RemoveNs { nqn, nsid },
-        Request::ResizeNs { nqn, nsid } => Op::ResizeNs { nqn, nsid },
-        Request::AddHost { nqn, host } => Op::AddHost { nqn, host },
-        Request::RemoveHost { nqn, host } => Op::RemoveHost { nqn, host },
-        Request::SetAna {
-            portid,
-            grpid,
-            state,
-        } => Op::SetAna {
-            portid,
-            grpid,
-            state,
-        },
-        Request::SetHostKey {
-            host,
-            key_file,
-            ctrl_key_file,
-            clear_ctrl_key,
-        } => Op::SetHostKey {
-            host,
-            key_file,
-            ctrl_key_file,
-            clear_ctrl_key,
-        },
+        Request::Change(op) => op,
     };
     Response::from_result(live.execute(&op))
 }
@@ -313,7 +235,7 @@ fn serve_one(live: &Live, stream: UnixStream) -> std::io::Result<()> {
     stream.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut line = String::new();
     BufReader::new(std::io::Read::take(&stream, MAX_REQUEST)).read_line(&mut line)?;
-    let resp = match serde_json::from_str::<Request>(line.trim()) {
+    let resp = match parse_request(line.trim()) {
         // `ctl top` asks every interval: not worth a log line each time.
         Ok(Request::Metrics) => handle(live, &Request::Metrics),
         Ok(req) => {
@@ -327,18 +249,28 @@ fn serve_one(live: &Live, stream: UnixStream) -> std::io::Result<()> {
     (&stream).write_all(out.as_bytes())
 }
 
+/// Parses one request line. A query by its `op`; anything else as an [`Op`], whose
+/// errors name the field or the unknown `op` (an untagged fallback would not).
+pub fn parse_request(line: &str) -> Result<Request, serde_json::Error> {
+    let v: serde_json::Value = serde_json::from_str(line)?;
+    match v.get("op").and_then(|o| o.as_str()) {
+        Some("reload" | "export" | "status" | "metrics") => serde_json::from_value(v),
+        _ => serde_json::from_value::<Op>(v).map(Request::Change),
+    }
+}
+
 /// `req` as the log shows it: the value of a secret Ceph option (refused anyway) is
 /// replaced, so a mistaken `--ceph-option key=...` never reaches the log.
 fn loggable(req: &Request) -> std::borrow::Cow<'_, Request> {
     use nvmf_common::config::SECRET_CEPH_OPTIONS;
     match req {
-        Request::AddNs { ceph_options, .. }
+        Request::Change(Op::AddNs { ceph_options, .. })
             if ceph_options
-                .keys()
-                .any(|k| SECRET_CEPH_OPTIONS.contains(&k.as_str())) =>
+                .iter()
+                .any(|(k, _)| SECRET_CEPH_OPTIONS.contains(&k.as_str())) =>
         {
             let mut shown = req.clone();
-            if let Request::AddNs { ceph_options, .. } = &mut shown {
+            if let Request::Change(Op::AddNs { ceph_options, .. }) = &mut shown {
                 for (k, v) in ceph_options.iter_mut() {
                     if SECRET_CEPH_OPTIONS.contains(&k.as_str()) {
                         *v = REDACTED.into();
@@ -368,59 +300,11 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, String> {
         .map_err(|e| format!("malformed answer from the target: {e}"))
 }
 
-/// `nvmf-target ctl` subcommands.
+/// `nvmf-target ctl` subcommands: every change, then the queries.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum CtlCommand {
-    /// Add a namespace: a file or block device path, ram:SIZE, null:SIZE or rbd:POOL/IMAGE.
-    AddNs {
-        nqn: String,
-        device_path: String,
-        /// NSID (default: the lowest free one).
-        #[arg(long)]
-        nsid: Option<u32>,
-        /// rbd:POOL/IMAGE only: the Ceph configuration file (default: librados' search).
-        #[arg(long)]
-        ceph_conf: Option<PathBuf>,
-        /// rbd:POOL/IMAGE only: the Ceph client id (default: admin).
-        #[arg(long)]
-        client_id: Option<String>,
-        /// rbd:POOL/IMAGE only: the keyring (default: what the Ceph configuration says).
-        #[arg(long)]
-        keyring: Option<PathBuf>,
-        /// rbd:POOL/IMAGE only: a Ceph client option, set after the Ceph configuration
-        /// is read (repeatable; a later KEY wins), e.g. rados_osd_op_timeout=30.
-        #[arg(long = "ceph-option", value_name = "KEY=VALUE", value_parser = parse_ceph_option)]
-        ceph_option: Vec<(String, String)>,
-    },
-    /// Remove a namespace.
-    RemoveNs { nqn: String, nsid: u32 },
-    /// Serve a namespace at its backing file's, device's or RBD image's current size.
-    ResizeNs { nqn: String, nsid: u32 },
-    /// Allow a host NQN on a subsystem.
-    AddHost { nqn: String, host: String },
-    /// Remove a host NQN from a subsystem's allowed hosts.
-    RemoveHost { nqn: String, host: String },
-    /// Set the ANA state of a group on a port: optimized, non-optimized, inaccessible,
-    /// persistent-loss or change. Hosts connected through the port get an ANA change
-    /// notice.
-    SetAna {
-        portid: u16,
-        grpid: u32,
-        #[arg(value_parser = parse_ana_state)]
-        state: nvmf_common::config::AnaState,
-    },
-    /// Set a host's DH-HMAC-CHAP key files (mode 0600; the target reads them, the
-    /// secrets never cross the socket); used from the host's next authentication.
-    SetHostKey {
-        host: String,
-        #[arg(long = "dhchap-key-file")]
-        key_file: Option<PathBuf>,
-        #[arg(long = "dhchap-ctrl-key-file")]
-        ctrl_key_file: Option<PathBuf>,
-        /// Drop the controller key (unidirectional authentication from now on).
-        #[arg(long = "clear-ctrl-key")]
-        clear_ctrl_key: bool,
-    },
+    #[command(flatten)]
+    Change(Op),
     /// Re-read the configuration file (as SIGHUP does).
     Reload,
     /// Print the running configuration as YAML that starts the same target (what a
@@ -445,72 +329,13 @@ pub enum CtlCommand {
 impl CtlCommand {
     pub fn request(&self) -> Request {
         match self.clone() {
-            CtlCommand::AddNs {
-                nqn,
-                device_path,
-                nsid,
-                ceph_conf,
-                client_id,
-                keyring,
-                ceph_option,
-            } => Request::AddNs {
-                nqn,
-                device_path,
-                nsid,
-                ceph_conf,
-                client_id,
-                keyring,
-                ceph_options: ceph_option.into_iter().collect(),
-            },
-            CtlCommand::RemoveNs { nqn, nsid } => Request::RemoveNs { nqn, nsid },
-            CtlCommand::ResizeNs { nqn, nsid } => Request::ResizeNs { nqn, nsid },
-            CtlCommand::AddHost { nqn, host } => Request::AddHost { nqn, host },
-            CtlCommand::RemoveHost { nqn, host } => Request::RemoveHost { nqn, host },
-            CtlCommand::SetAna {
-                portid,
-                grpid,
-                state,
-            } => Request::SetAna {
-                portid,
-                grpid,
-                state,
-            },
-            CtlCommand::SetHostKey {
-                host,
-                key_file,
-                ctrl_key_file,
-                clear_ctrl_key,
-            } => Request::SetHostKey {
-                host,
-                key_file: key_file.map(absolute),
-                ctrl_key_file: ctrl_key_file.map(absolute),
-                clear_ctrl_key,
-            },
+            CtlCommand::Change(op) => Request::Change(op.with_absolute_paths()),
             CtlCommand::Reload => Request::Reload,
             CtlCommand::Export => Request::Export,
             CtlCommand::Status { .. } => Request::Status,
             CtlCommand::Top(_) => Request::Metrics,
         }
     }
-}
-
-/// `KEY=VALUE` (the value may itself contain `=`).
-fn parse_ceph_option(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err("expected KEY=VALUE, e.g. rados_osd_op_timeout=30".into()),
-    }
-}
-
-fn parse_ana_state(s: &str) -> Result<nvmf_common::config::AnaState, String> {
-    nvmf_common::config::AnaState::from_name(s).ok_or_else(|| {
-        format!("{s:?}: optimized, non-optimized, inaccessible, persistent-loss or change")
-    })
-}
-
-/// A key file path as the target (another working directory) must see it.
-fn absolute(p: PathBuf) -> PathBuf {
-    std::path::absolute(&p).unwrap_or(p)
 }
 
 /// Runs `cmd` against the target at `path`, prints the outcome; returns whether it

@@ -25,12 +25,12 @@
 
 pub mod ctl;
 pub mod hooks;
+mod op;
 mod plan;
 pub mod rdma_hooks;
 pub mod status;
 pub mod top;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -44,6 +44,7 @@ use crate::params::PortInfo;
 use crate::runtime::PortError;
 use crate::subsystem::MAX_NAMESPACES;
 use crate::target::{DiscoveryScope, Target};
+pub use op::Op;
 use plan::Step;
 
 /// Starts and stops listeners for ports added or removed while running.
@@ -79,55 +80,6 @@ impl PortHooks for FixedPorts {
     fn port_addr(&self, _: u16) -> Option<String> {
         None
     }
-}
-
-/// One administrative change (the `ctl` subcommands).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    /// Adds a namespace; `nsid` None takes the lowest free one.
-    AddNs {
-        nqn: String,
-        nsid: Option<u32>,
-        device_path: String,
-        /// `rbd:` namespaces: how to reach the cluster (see [`NamespaceConfig`]).
-        ceph_conf: Option<PathBuf>,
-        client_id: Option<String>,
-        keyring: Option<PathBuf>,
-        ceph_options: BTreeMap<String, String>,
-    },
-    RemoveNs {
-        nqn: String,
-        nsid: u32,
-    },
-    /// Reopens the backend and serves its current size.
-    ResizeNs {
-        nqn: String,
-        nsid: u32,
-    },
-    AddHost {
-        nqn: String,
-        host: String,
-    },
-    RemoveHost {
-        nqn: String,
-        host: String,
-    },
-    /// Sets the ANA state of group `grpid` on port `portid` (nvmet's
-    /// `ports/N/ana_groups/G/ana/state`).
-    SetAna {
-        portid: u16,
-        grpid: u32,
-        state: AnaState,
-    },
-    /// Sets a host's DH-HMAC-CHAP key files (read by the target; secrets never travel
-    /// over the socket). Applies from the host's next authentication.
-    SetHostKey {
-        host: String,
-        key_file: Option<PathBuf>,
-        ctrl_key_file: Option<PathBuf>,
-        /// Drop the controller key (unidirectional from now on).
-        clear_ctrl_key: bool,
-    },
 }
 
 /// The running target, its configuration and the listeners' hooks.
@@ -468,7 +420,6 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ceph_conf,
             client_id,
             keyring,
-            ceph_options,
             ..
         } => {
             let id = match nsid {
@@ -484,7 +435,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ns.ceph_conf.clone_from(ceph_conf);
             ns.client_id.clone_from(client_id);
             ns.keyring.clone_from(keyring);
-            ns.ceph_options.clone_from(ceph_options);
+            ns.ceph_options = op.ceph_options();
             sub.namespaces.push(ns);
         }
         Op::RemoveNs { nsid, .. } => {

@@ -1,0 +1,189 @@
+//! The one operation model: a change to the running target is one [`Op`]. The same
+//! type is the `ctl` subcommand (clap), the admin socket's request (serde, tagged by
+//! `op`), what tests and embedders pass to [`super::Live::execute`], and what
+//! [`super::edit`] turns into a new configuration that the planner applies whole or
+//! refuses whole. Adding an operation touches this enum (its CLI and wire form come
+//! with it) and `edit`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use nvmf_common::config::AnaState;
+
+/// One administrative change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Subcommand)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Op {
+    /// Add a namespace: a file or block device path, ram:SIZE, null:SIZE or rbd:POOL/IMAGE.
+    AddNs {
+        nqn: String,
+        device_path: String,
+        /// NSID (default: the lowest free one).
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nsid: Option<u32>,
+        /// rbd:POOL/IMAGE only: the Ceph configuration file (default: librados' search).
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ceph_conf: Option<PathBuf>,
+        /// rbd:POOL/IMAGE only: the Ceph client id (default: admin).
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_id: Option<String>,
+        /// rbd:POOL/IMAGE only: the keyring (default: what the Ceph configuration says).
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        keyring: Option<PathBuf>,
+        /// rbd:POOL/IMAGE only: a Ceph client option, set after the Ceph configuration
+        /// is read (repeatable; a later KEY wins), e.g. rados_osd_op_timeout=30.
+        #[arg(long = "ceph-option", value_name = "KEY=VALUE", value_parser = parse_ceph_option)]
+        #[serde(default, with = "options_map", skip_serializing_if = "Vec::is_empty")]
+        ceph_options: Vec<(String, String)>,
+    },
+    /// Remove a namespace.
+    RemoveNs { nqn: String, nsid: u32 },
+    /// Serve a namespace at its backing file's, device's or RBD image's current size.
+    ResizeNs { nqn: String, nsid: u32 },
+    /// Allow a host NQN on a subsystem.
+    AddHost { nqn: String, host: String },
+    /// Remove a host NQN from a subsystem's allowed hosts.
+    RemoveHost { nqn: String, host: String },
+    /// Set the ANA state of a group on a port: optimized, non-optimized, inaccessible,
+    /// persistent-loss or change. Hosts connected through the port get an ANA change
+    /// notice.
+    SetAna {
+        portid: u16,
+        grpid: u32,
+        #[arg(value_parser = parse_ana_state)]
+        state: AnaState,
+    },
+    /// Set a host's DH-HMAC-CHAP key files (mode 0600; the target reads them, the
+    /// secrets never cross the socket); used from the host's next authentication.
+    SetHostKey {
+        host: String,
+        #[arg(long = "dhchap-key-file")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key_file: Option<PathBuf>,
+        #[arg(long = "dhchap-ctrl-key-file")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ctrl_key_file: Option<PathBuf>,
+        /// Drop the controller key (unidirectional authentication from now on).
+        #[arg(long = "clear-ctrl-key")]
+        #[serde(default)]
+        clear_ctrl_key: bool,
+    },
+}
+
+impl Op {
+    /// An `add-ns` with no Ceph settings.
+    pub fn add_ns(nqn: &str, nsid: Option<u32>, device_path: &str) -> Op {
+        Op::AddNs {
+            nqn: nqn.into(),
+            device_path: device_path.into(),
+            nsid,
+            ceph_conf: None,
+            client_id: None,
+            keyring: None,
+            ceph_options: Vec::new(),
+        }
+    }
+
+    /// Paths as the target (another working directory) must see them.
+    pub fn with_absolute_paths(self) -> Op {
+        match self {
+            Op::SetHostKey {
+                host,
+                key_file,
+                ctrl_key_file,
+                clear_ctrl_key,
+            } => Op::SetHostKey {
+                host,
+                key_file: key_file.map(absolute),
+                ctrl_key_file: ctrl_key_file.map(absolute),
+                clear_ctrl_key,
+            },
+            other => other,
+        }
+    }
+
+    /// The Ceph options of an `add-ns`, a later key winning.
+    pub fn ceph_options(&self) -> BTreeMap<String, String> {
+        match self {
+            Op::AddNs { ceph_options, .. } => ceph_options.iter().cloned().collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+}
+
+/// A key file path as the target must see it.
+fn absolute(p: PathBuf) -> PathBuf {
+    std::path::absolute(&p).unwrap_or(p)
+}
+
+/// `KEY=VALUE` (the value may itself contain `=`).
+fn parse_ceph_option(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err("expected KEY=VALUE, e.g. rados_osd_op_timeout=30".into()),
+    }
+}
+
+fn parse_ana_state(s: &str) -> Result<AnaState, String> {
+    AnaState::from_name(s).ok_or_else(|| {
+        format!("{s:?}: optimized, non-optimized, inaccessible, persistent-loss or change")
+    })
+}
+
+/// Ceph options on the wire: a JSON object (`{"rados_osd_op_timeout":"30"}`), as the
+/// YAML `ceph_options` map is written.
+mod options_map {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+        let m: BTreeMap<&str, &str> = v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        m.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+        Ok(BTreeMap::<String, String>::deserialize(d)?
+            .into_iter()
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire form is the admin socket's documented one.
+    #[test]
+    fn wire_form_is_tagged_by_op() {
+        let op = Op::AddNs {
+            nqn: "nqn.2024-01.io.example:disk".into(),
+            device_path: "rbd:rbd/img".into(),
+            nsid: Some(2),
+            ceph_conf: None,
+            client_id: None,
+            keyring: None,
+            ceph_options: vec![("rados_osd_op_timeout".into(), "30".into())],
+        };
+        let j = serde_json::to_string(&op).unwrap();
+        assert_eq!(
+            j,
+            r#"{"op":"add-ns","nqn":"nqn.2024-01.io.example:disk","device_path":"rbd:rbd/img","nsid":2,"ceph_options":{"rados_osd_op_timeout":"30"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Op>(&j).unwrap(), op);
+        let r: Op = serde_json::from_str(r#"{"op":"remove-ns","nqn":"n","nsid":3}"#).unwrap();
+        assert_eq!(
+            r,
+            Op::RemoveNs {
+                nqn: "n".into(),
+                nsid: 3
+            }
+        );
+    }
+}
