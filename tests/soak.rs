@@ -335,8 +335,24 @@ struct OddIo {
     at: Instant,
 }
 
+/// The transfer sizes of a host's round. The first round moves MDTS transfers only, so
+/// the arenas are carved for the largest class; then rounds of one size (each size in
+/// turn, so every class meets an arena the others carved: the buffer-class starvation
+/// of issue 32) alternate with rounds of all sizes mixed.
+fn round_sizes(round: usize, index: usize) -> &'static [u32] {
+    const CARVE: [u32; 1] = [MDTS_BLOCKS];
+    if round == 0 {
+        &CARVE
+    } else if round % 2 == 1 {
+        &ODD_SIZES
+    } else {
+        let i = (round / 2 + index) % ODD_SIZES.len();
+        &ODD_SIZES[i..=i]
+    }
+}
+
 /// One soak host: connects with the digests of its round, keeps `ODD_QD` commands of
-/// random odd sizes in flight on each queue for a batch, checks every read against its
+/// the round's sizes in flight on each queue for a batch, checks every read against its
 /// model and that nothing took long, then disconnects (cleanly or not) and again, until
 /// `deadline`. Returns the commands done.
 fn odd_host(addr: std::net::SocketAddr, n: u8, deadline: Instant) -> u64 {
@@ -366,6 +382,7 @@ fn odd_host(addr: std::net::SocketAddr, n: u8, deadline: Instant) -> u64 {
                 ..TcpOptions::default()
             },
         ));
+        let sizes = round_sizes(round, index as usize);
         let mut o = nvmf_tests::ops_support::options_as(n, &sub, ODD_QUEUES, 5_000);
         o.command_timeout = ODD_TIMEOUT;
         o.stuck_command_warn = ODD_STUCK;
@@ -395,7 +412,7 @@ fn odd_host(addr: std::net::SocketAddr, n: u8, deadline: Instant) -> u64 {
                 if slot.is_some() || issued >= ODD_OPS_PER_ROUND {
                     continue;
                 }
-                let nlb = ODD_SIZES[rng.below(ODD_SIZES.len() as u64) as usize];
+                let nlb = sizes[rng.below(sizes.len() as u64) as usize];
                 let off = rng.below(SLOT_BLOCKS - u64::from(nlb) + 1);
                 let lba = base + s as u64 * SLOT_BLOCKS + off;
                 let len = nlb as usize * BLOCK;
