@@ -165,16 +165,22 @@ impl Drop for LiveTarget {
 /// Starts `yaml` (tcp ports with real port numbers) with live changes enabled;
 /// `config_path` is what `reload` re-reads.
 pub fn start_live(yaml: &str, config_path: Option<std::path::PathBuf>) -> LiveTarget {
+    start_live_with(yaml, config_path, nvmf_target::tcp::TcpOptions::default())
+}
+
+/// [`start_live`] with explicit NVMe/TCP tuning of the listeners (a small buffer
+/// arena, ...).
+pub fn start_live_with(
+    yaml: &str,
+    config_path: Option<std::path::PathBuf>,
+    tcp_opts: nvmf_target::tcp::TcpOptions,
+) -> LiveTarget {
     init_logs();
     let cfg = Config::from_yaml_str(yaml, "<test>").unwrap_or_else(|e| panic!("{e}"));
     let target = Target::from_config(&cfg).unwrap_or_else(|e| panic!("target: {e}"));
     let tcp = Arc::new(
-        nvmf_target::live::hooks::TcpPorts::start(
-            target.clone(),
-            &target.ports(),
-            nvmf_target::tcp::TcpOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("tcp: {e}")),
+        nvmf_target::live::hooks::TcpPorts::start(target.clone(), &target.ports(), tcp_opts)
+            .unwrap_or_else(|e| panic!("tcp: {e}")),
     );
     let live = nvmf_target::live::Live::new(target.clone(), cfg, tcp.clone(), config_path);
     LiveTarget { live, tcp, target }

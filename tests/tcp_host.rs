@@ -1094,3 +1094,87 @@ fn wait_blocks_until_data_or_timeout() {
     drop(q);
     join(h);
 }
+
+/// Polls `q` until `f` holds (the controller's PDUs are handled in `poll`); panics
+/// after 10 s.
+fn poll_until(q: &mut TcpHostQueue, what: &str, f: impl Fn(&TcpHostQueue) -> bool) {
+    let deadline = Instant::now() + T;
+    let mut out = Vec::new();
+    while !f(q) {
+        q.poll(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.is_empty(), "the controller answers nothing here");
+        assert!(Instant::now() < deadline, "never {what}");
+        q.wait(Duration::from_millis(5));
+    }
+}
+
+/// Where each outstanding command is, as the stuck-command report shows it: queued
+/// until its capsule is written, then sent; data moving once the controller asks for
+/// part of the write data (R2T) or sends part of the read data; awaiting the response
+/// once every byte has moved (at once for a command without data).
+#[test]
+fn command_phases_follow_the_data() {
+    use nvmf_initiator::transport::CommandPhase::{AwaitingResponse, DataTransfer, Queued, Sent};
+    const HALF: u32 = 32 * 1024;
+    const RLEN: usize = 8192;
+    let (step_tx, step_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let read_data = pattern(RLEN, 3);
+    let (addr, h) = RawCtrl::spawn(ControllerConfig::default(), move |mut c| {
+        let take_h2c = |c: &mut RawCtrl| loop {
+            match c.recv() {
+                Got::H2C { cid: 1, last, .. } if last => break,
+                Got::H2C { cid: 1, .. } => {}
+                other => panic!("wanted H2CData, got {other:?}"),
+            }
+        };
+        for _ in 0..3 {
+            c.cmd();
+        }
+        step_tx.send(()).unwrap_or_else(|e| panic!("{e}"));
+        go_rx.recv().unwrap_or_else(|e| panic!("{e}"));
+        c.r2t(1, 0x21, 0, HALF);
+        take_h2c(&mut c);
+        c.c2h(2, 0, &read_data[..RLEN / 2], false, false);
+        go_rx.recv().unwrap_or_else(|e| panic!("{e}"));
+        c.r2t(1, 0x22, HALF, HALF);
+        take_h2c(&mut c);
+        c.c2h(2, (RLEN / 2) as u32, &read_data[RLEN / 2..], true, false);
+        // ... and no response for any of them.
+        assert_eq!(c.recv(), Got::Eof);
+    });
+    let f = TcpFabric::new(addr, TcpOptions::default());
+    let mut q = connect(addr, TcpOptions::default(), &params(1, 8, 0));
+    let wbuf = buf_with(&f, &pattern(2 * HALF as usize, 1));
+    let rbuf = f.alloc(RLEN).unwrap_or_else(|e| panic!("{e}"));
+    let phases = |q: &TcpHostQueue| [1, 2, 3].map(|cid| q.command_phase(cid));
+    for (cid, op, buf, dir) in [
+        (1, WRITE, Some(&wbuf), DataDir::ToCtrl),
+        (2, READ, Some(&rbuf), DataDir::FromCtrl),
+        (3, 0x00, None, DataDir::None),
+    ] {
+        q.submit(cid, &sqe(op, cid), buf, dir)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(phases(&q), [Some(Queued); 3]);
+    assert_eq!(q.command_phase(4), None, "no command in that slot");
+    q.flush().unwrap_or_else(|e| panic!("{e}"));
+    step_rx.recv().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(phases(&q), [Some(Sent), Some(Sent), Some(AwaitingResponse)]);
+    go_tx.send(()).unwrap_or_else(|e| panic!("{e}"));
+    poll_until(&mut q, "half the data moved", |q| {
+        phases(q)
+            == [
+                Some(DataTransfer),
+                Some(DataTransfer),
+                Some(AwaitingResponse),
+            ]
+    });
+    go_tx.send(()).unwrap_or_else(|e| panic!("{e}"));
+    poll_until(&mut q, "all the data moved", |q| {
+        phases(q) == [Some(AwaitingResponse); 3]
+    });
+    assert_eq!(contents(&rbuf), pattern(RLEN, 3));
+    drop(q);
+    join(h);
+}

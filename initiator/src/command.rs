@@ -390,7 +390,13 @@ pub fn name(sqe: &SqeBytes) -> &'static str {
         };
     }
     // Admin and NVM opcodes overlap; callers that care know which queue they used.
-    match s.opcode() {
+    admin_name(s.opcode())
+}
+
+/// A human name for an admin (or fabrics) command opcode.
+pub fn admin_name(opcode: u8) -> &'static str {
+    match opcode {
+        admin_op::FABRICS => "Fabrics command",
         admin_op::IDENTIFY => "Identify",
         admin_op::GET_LOG_PAGE => "Get Log Page",
         admin_op::SET_FEATURES => "Set Features",
@@ -399,6 +405,16 @@ pub fn name(sqe: &SqeBytes) -> &'static str {
         admin_op::ASYNC_EVENT_REQUEST => "Asynchronous Event Request",
         admin_op::ABORT => "Abort",
         _ => "command",
+    }
+}
+
+/// A human name for `opcode` sent on queue `qid` (admin opcodes on the admin queue,
+/// NVM opcodes elsewhere; the fabrics opcode on either).
+pub fn opcode_name(qid: Qid, opcode: u8) -> &'static str {
+    if qid == Qid::ADMIN || opcode == admin_op::FABRICS {
+        admin_name(opcode)
+    } else {
+        io_name(opcode)
     }
 }
 

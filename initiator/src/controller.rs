@@ -52,7 +52,7 @@ mod tests;
 pub use identity::{ControllerIdentity, NamespaceInfo};
 pub use options::{
     ConnectOptions, DEFAULT_ADMIN_QUEUE_SIZE, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_KATO_MS, DEFAULT_QUEUE_SIZE, MIN_QUEUE_SIZE,
+    DEFAULT_KATO_MS, DEFAULT_QUEUE_SIZE, DEFAULT_STUCK_COMMAND_WARN, MIN_QUEUE_SIZE,
 };
 
 use keep_alive::KeepAlive;
@@ -99,6 +99,7 @@ impl Controller {
             connect_timeout: opts.connect_timeout,
         })?;
         let mut admin = Queue::new(aq);
+        admin.set_stuck_warn(opts.stuck_command_warn);
         let cntlid = fabrics_connect(
             fabric.as_ref(),
             &mut admin,
@@ -242,6 +243,7 @@ impl Controller {
                 self.cntlid,
             )?;
             q.set_timeout(self.opts.command_timeout);
+            q.set_stuck_warn(self.opts.stuck_command_warn);
             self.io_queues.get_mut().push(q);
         }
         self.io_queue_count = count;

@@ -189,6 +189,7 @@ fn read_file(path: &Path) -> Result<Option<String>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::logged_at;
 
     const U: &str = "3f6a2c1e-8a4b-4e4e-9b1a-0123456789ab";
 
@@ -245,35 +246,6 @@ mod tests {
         let h = HostIdentity::combine(None, Some(parse_hostid(U).unwrap()));
         assert_eq!(h.hostnqn.as_str(), format!("{UUID_NQN_PREFIX}{U}"));
         let _ = std::fs::remove_dir_all(&d);
-    }
-
-    /// What `f` logs at `level` and above (the CLI's default is WARN, `-v` INFO).
-    fn logged_at(level: tracing::Level, f: impl FnOnce()) -> String {
-        use std::sync::{Arc, Mutex};
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = buf.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_max_level(level)
-            .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        tracing::subscriber::with_default(sub, f);
-        let out = buf.lock().map(|b| b.clone()).unwrap_or_default();
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Sink {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            if let Ok(mut v) = self.0.lock() {
-                v.extend_from_slice(b);
-            }
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     #[test]

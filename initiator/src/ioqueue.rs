@@ -7,7 +7,7 @@ use nvmf_common::types::Qid;
 
 use crate::command::SqeBytes;
 use crate::error::Error;
-use crate::queue::{Completion, Queue};
+use crate::queue::{CommandAges, Completion, Queue};
 use crate::transport::{DataDir, IoBuf};
 
 /// Commands completed through one path (multipath), for reports.
@@ -47,6 +47,11 @@ pub trait IoQueue: Send {
     /// Per-path counts, where there are several paths.
     fn path_ios(&self) -> Vec<PathIos> {
         Vec::new()
+    }
+    /// What the stuck-command scans (in [`IoQueue::expire`]) saw since the last call:
+    /// commands reported as stuck, the greatest age of an outstanding command.
+    fn take_command_ages(&mut self) -> CommandAges {
+        CommandAges::default()
     }
 }
 
@@ -89,5 +94,9 @@ impl IoQueue for Queue {
     fn install(&mut self, q: Queue) -> Result<(), Error> {
         *self = q;
         Ok(())
+    }
+
+    fn take_command_ages(&mut self) -> CommandAges {
+        Queue::take_command_ages(self)
     }
 }

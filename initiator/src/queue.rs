@@ -19,11 +19,17 @@
 //!   command it cancels). Its cid stays reserved until the queue is closed, because the
 //!   target may still answer it (such a late answer is logged and dropped), and the
 //!   queue is marked broken: the caller should tear the connection down.
+//! - Every outstanding command is known with its submit time, so the commands that
+//!   take too long can be listed ([`Queue::outstanding_commands`]) and each is
+//!   reported once, with a `stuck command` warning, when it passes the queue's stuck
+//!   bound ([`Queue::set_stuck_warn`]), well before its timeout. That check runs in the
+//!   timeout scan ([`Queue::expire`], and [`Queue::execute`] while it waits), never per
+//!   I/O; see `stuck.rs`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use nvmf_common::types::{Cid, Qid};
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
@@ -33,6 +39,11 @@ use nvmf_common::wire::status::{Sct, Status};
 use crate::command::SqeBytes;
 use crate::error::Error;
 use crate::transport::{DataDir, HostQueue, IoBuf};
+
+mod stuck;
+
+pub use crate::transport::CommandPhase;
+pub use stuck::{CommandAges, OutstandingCommand};
 
 /// Command Aborted By Host (Linux `NVME_SC_HOST_ABORTED_CMD`): what a timed-out
 /// command completes with.
@@ -46,6 +57,9 @@ pub const TIMEOUT_STATUS: Status = Status::dnr(Sct::PathRelated, HOST_ABORTED_CM
 const EXECUTE_SPIN_POLLS: u32 = 256;
 /// The longest single `wait` in [`Queue::execute`], so its deadline is honoured.
 const EXECUTE_WAIT_SLICE: Duration = Duration::from_millis(10);
+/// How often [`Queue::execute`] looks for stuck commands while it waits (the I/O loops
+/// do it from their own housekeeping, through [`Queue::expire`]).
+const EXECUTE_STUCK_SCAN: Duration = Duration::from_millis(100);
 
 /// A completed command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +102,12 @@ struct Slot {
     state: SlotState,
     tag: u64,
     deadline: Option<Instant>,
+    /// When it was submitted (always set while outstanding).
+    submitted: Option<Instant>,
+    /// Its place in submission order (compared with `Queue::flush_seq`).
+    seq: u64,
+    /// It was reported as a stuck command (once per command).
+    warned: bool,
     opcode: u8,
 }
 
@@ -95,6 +115,9 @@ const FREE_SLOT: Slot = Slot {
     state: SlotState::Free,
     tag: 0,
     deadline: None,
+    submitted: None,
+    seq: 0,
+    warned: false,
     opcode: 0,
 };
 
@@ -111,6 +134,14 @@ pub struct Queue {
     outstanding: usize,
     timed_out: usize,
     timeout: Option<Duration>,
+    /// Age at which an outstanding command is reported as stuck (None: never).
+    stuck_warn: Option<Duration>,
+    /// Commands submitted so far, and that count at the last successful flush: a
+    /// command whose `seq` is above `flush_seq` has not been handed to the fabric.
+    submit_seq: u64,
+    flush_seq: u64,
+    /// What the stuck-command scans saw on this queue.
+    ages: CommandAges,
     /// Raw CQEs from the transport (kept to avoid allocating per poll).
     raw: Vec<[u8; CQE_LEN]>,
     /// Completions already matched but not yet handed to the caller (reaped while
@@ -138,6 +169,10 @@ impl Queue {
             outstanding: 0,
             timed_out: 0,
             timeout: None,
+            stuck_warn: None,
+            submit_seq: 0,
+            flush_seq: 0,
+            ages: CommandAges::default(),
             raw: Vec::with_capacity(usize::from(depth)),
             pending: VecDeque::new(),
             scratch: Vec::with_capacity(usize::from(depth)),
@@ -195,8 +230,9 @@ impl Queue {
         dir: DataDir,
         tag: u64,
     ) -> Result<Cid, Error> {
-        let now = self.timeout.map(|_| Instant::now());
-        self.submit_inner(sqe, data, dir, tag, now)
+        // Read per command: its age is known even without a timeout (loops that
+        // submit in batches use `submit_at` with one reading per batch).
+        self.submit_inner(sqe, data, dir, tag, Instant::now())
     }
 
     /// [`Queue::submit`] with the caller's clock reading, for loops that already read
@@ -209,7 +245,7 @@ impl Queue {
         tag: u64,
         now: Instant,
     ) -> Result<Cid, Error> {
-        self.submit_inner(sqe, data, dir, tag, Some(now))
+        self.submit_inner(sqe, data, dir, tag, now)
     }
 
     fn submit_inner(
@@ -218,7 +254,7 @@ impl Queue {
         data: Option<&IoBuf>,
         dir: DataDir,
         tag: u64,
-        now: Option<Instant>,
+        now: Instant,
     ) -> Result<Cid, Error> {
         if self.closed {
             return Err(Error::Transport(crate::transport::TransportError::Dead(
@@ -230,20 +266,20 @@ impl Queue {
         let mut s = Sqe::new_unchecked(&mut sqe[..]);
         s.set_cid(cid);
         let opcode = s.opcode();
-        let deadline = match (self.timeout, now) {
-            (Some(t), Some(now)) => Some(now + t),
-            (Some(t), None) => Some(Instant::now() + t),
-            (None, _) => None,
-        };
+        let deadline = self.timeout.map(|t| now + t);
         if let Err(e) = self.t.submit(cid, &sqe, data, dir) {
             self.free.push(cid);
             return Err(self.transport_error(e));
         }
+        self.submit_seq += 1;
         if let Some(slot) = self.slots.get_mut(usize::from(cid)) {
             *slot = Slot {
                 state: SlotState::Outstanding,
                 tag,
                 deadline,
+                submitted: Some(now),
+                seq: self.submit_seq,
+                warned: false,
                 opcode,
             };
         }
@@ -253,7 +289,9 @@ impl Queue {
 
     /// Sends everything submitted since the last flush.
     pub fn flush(&mut self) -> Result<(), Error> {
-        self.t.flush().map_err(|e| self.transport_error(e))
+        self.t.flush().map_err(|e| self.transport_error(e))?;
+        self.flush_seq = self.submit_seq;
+        Ok(())
     }
 
     /// A transport error; a dead connection leaves the queue broken (a reconnect is
@@ -289,6 +327,12 @@ impl Queue {
             let slot = self.slots.get_mut(usize::from(cid));
             match slot {
                 Some(s) if s.state == SlotState::Outstanding => {
+                    if s.warned {
+                        // Rare (it was reported stuck): the clock is read only then.
+                        let age = s.submitted.map(|t| t.elapsed()).unwrap_or_default();
+                        info!(qid = %self.qid, cid, opcode = s.opcode, age_ms = age.as_millis() as u64,
+                            status = %c.status(), "stuck command completed");
+                    }
                     out.push(Completion {
                         tag: s.tag,
                         cid: Cid(cid),
@@ -337,13 +381,17 @@ impl Queue {
     /// Times out every outstanding command whose deadline is before `now`: each is
     /// completed with [`TIMEOUT_STATUS`] (returned by the next [`Queue::poll`]), its
     /// cid stays reserved, and the queue is marked broken. Returns their tags.
+    /// Commands that pass the stuck bound on the way are reported (see
+    /// [`Queue::set_stuck_warn`]).
     pub fn expire(&mut self, now: Instant) -> Vec<u64> {
         let mut tags = Vec::new();
+        let mut scan = stuck::Scan::new(self, now);
         for (cid, s) in self.slots.iter_mut().enumerate() {
             if s.state != SlotState::Outstanding {
                 continue;
             }
             if s.deadline.is_none_or(|d| d > now) {
+                scan.check(self.t.as_ref(), cid, s);
                 continue;
             }
             warn!(qid = %self.qid, cid, opcode = s.opcode, "command timed out");
@@ -361,6 +409,7 @@ impl Queue {
                 sqhd: 0,
             });
         }
+        scan.finish(&mut self.ages);
         tags
     }
 
@@ -389,6 +438,7 @@ impl Queue {
         let cid = self.submit(sqe, data, dir, u64::MAX)?;
         self.flush()?;
         let deadline = Instant::now() + timeout;
+        let mut next_stuck_scan = Instant::now() + EXECUTE_STUCK_SCAN;
         let mut spins = 0u32;
         let mut found = None;
         loop {
@@ -419,6 +469,10 @@ impl Queue {
                     "{what} on queue {} got no response in {timeout:?}",
                     self.qid
                 )));
+            }
+            if now >= next_stuck_scan {
+                next_stuck_scan = now + EXECUTE_STUCK_SCAN;
+                self.scan_stuck(now);
             }
             spins += 1;
             if spins > EXECUTE_SPIN_POLLS {

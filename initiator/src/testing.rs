@@ -249,6 +249,35 @@ impl Fabric for FakeFabric {
 
 /// An in-memory NVMe-oF target good enough for controller bring-up, discovery and
 /// small I/O: fabrics, admin and NVM commands are answered synchronously on flush.
+/// What `f` logs at `level` and above, as the CLI's formatter writes it (tests of
+/// warnings and of what stays quiet). The subscriber is this thread's only.
+pub fn logged_at(level: tracing::Level, f: impl FnOnce()) -> String {
+    let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_ansi(false)
+        .with_writer(move || LogSink(sink.clone()))
+        .finish();
+    tracing::subscriber::with_default(sub, f);
+    let out = buf.lock().map(|b| b.clone()).unwrap_or_default();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+struct LogSink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(b);
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub mod fake_target {
     use super::*;
     use nvmf_common::types::DISCOVERY_NQN;

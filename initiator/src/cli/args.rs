@@ -11,6 +11,10 @@ use nvmf_initiator::perf::{self, BsSpec, Rw};
 
 use super::reconnect_args;
 
+/// `--stuck-warn` by default: the library's default bound, in seconds.
+pub const DEFAULT_STUCK_WARN_SECS: u64 =
+    nvmf_initiator::controller::DEFAULT_STUCK_COMMAND_WARN.as_secs();
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportKind {
     Rdma,
@@ -100,6 +104,11 @@ pub struct ConnArgs {
     /// Per-command timeout in seconds.
     #[arg(long = "timeout", default_value_t = 30)]
     pub timeout: u64,
+    /// Seconds a command may be outstanding before it is reported, once, as a stuck
+    /// command (a warning with its queue, command id, opcode, age and where it is);
+    /// 0 turns the warning off. Keep it under --timeout.
+    #[arg(long = "stuck-warn", value_name = "SECS", default_value_t = DEFAULT_STUCK_WARN_SECS)]
+    pub stuck_warn: u64,
     /// perf, map: seconds to keep reconnecting after a lost connection (-1: forever,
     /// 0: no reconnect); interrupted I/O is retried on the reconnected controller.
     #[arg(

@@ -170,8 +170,12 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
     let stats = served?;
     shut?;
     eprintln!(
-        "stopped: {} connections, {} requests ({} failed), {} NVMe commands",
-        stats.connections, stats.requests, stats.errors, stats.commands
+        "stopped: {} connections, {} requests ({} failed), {} NVMe commands{}",
+        stats.connections,
+        stats.requests,
+        stats.errors,
+        stats.commands,
+        stuck_note(&stats)
     );
     Ok(())
 }
@@ -218,10 +222,26 @@ fn ublk_cmd(
     let stats = served?;
     shut?;
     eprintln!(
-        "stopped: {} requests ({} failed), {} NVMe commands, {reconnects} reconnect(s)",
-        stats.requests, stats.errors, stats.commands
+        "stopped: {} requests ({} failed), {} NVMe commands, {reconnects} reconnect(s){}",
+        stats.requests,
+        stats.errors,
+        stats.commands,
+        stuck_note(&stats)
     );
     Ok(())
+}
+
+/// The end of the "stopped" line: the commands that were reported stuck, if any (the
+/// warnings themselves went to the log as they happened).
+fn stuck_note(stats: &map::MapStats) -> String {
+    if stats.ages.stuck == 0 {
+        return String::new();
+    }
+    format!(
+        "; {} stuck command(s) reported, the longest outstanding {:.1} s",
+        stats.ages.stuck,
+        stats.ages.longest.as_secs_f64()
+    )
 }
 
 /// Triggers `stop` on the first SIGINT/SIGTERM.

@@ -1,6 +1,8 @@
 //! The commands that only look: `discover`, `identify` and `list`, with their
 //! text (nvme-cli style) and JSON output.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use nvmf_common::types::{Nqn, Nsid};
@@ -28,6 +30,7 @@ pub(super) fn discover(a: &DiscoverArgs) -> CliResult {
         .keep_alive_tmo
         .map_or(0, |k| k.saturating_mul(MS_PER_SEC));
     o.command_timeout = s.timeout;
+    o.stuck_command_warn = Duration::from_secs(a.conn.stuck_warn);
     o.connect_timeout = s.timeout;
     o.dhchap = super::session::dhchap_keys(&a.conn)?;
     let log = discover_log_with(s.fabric.clone(), o)?;

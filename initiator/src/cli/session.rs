@@ -299,6 +299,7 @@ pub(super) fn connect_options(
         o.kato_ms = k.saturating_mul(MS_PER_SEC);
     }
     o.command_timeout = s.timeout;
+    o.stuck_command_warn = Duration::from_secs(conn.stuck_warn);
     o.connect_timeout = s.timeout;
     o.dhchap = dhchap_keys(conn)?;
     Ok(o)

@@ -11,7 +11,7 @@ use nvmf_initiator::perf::Rw;
 use nvmf_initiator::transport::tcp::TcpOptions;
 use nvmf_initiator::transport::Fabric;
 
-use super::args::parse_byte;
+use super::args::{parse_byte, DEFAULT_STUCK_WARN_SECS};
 use super::io_cmd::{hexdump, write_payload};
 use super::query_cmd::format_list;
 use super::session::{open, tcp_fabric};
@@ -218,6 +218,7 @@ fn usage_errors_before_connecting() {
         hdr_digest: false,
         data_digest: false,
         timeout: 30,
+        stuck_warn: DEFAULT_STUCK_WARN_SECS,
         dhchap_secret: None,
         dhchap_ctrl_secret: None,
         tls: false,

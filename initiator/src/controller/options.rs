@@ -15,6 +15,10 @@ pub const DEFAULT_ADMIN_QUEUE_SIZE: u16 = 32;
 pub const DEFAULT_KATO_MS: u32 = 5_000;
 /// Default per-command timeout (Linux `NVME_IO_TIMEOUT`, 30 s).
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default age at which an outstanding command is reported as a stuck command: a third
+/// of the default command timeout, so a command the target never answers shows in the
+/// log well before it times out.
+pub const DEFAULT_STUCK_COMMAND_WARN: Duration = Duration::from_secs(10);
 /// Default transport connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The smallest usable queue: one command outstanding needs two entries.
@@ -33,8 +37,12 @@ pub struct ConnectOptions {
     pub admin_queue_size: u16,
     /// Keep-alive timeout in milliseconds; 0 disables keep-alive.
     pub kato_ms: u32,
-    /// How long an admin command may take.
+    /// How long a command may take (admin and I/O).
     pub command_timeout: Duration,
+    /// Age at which an outstanding command (admin or I/O) is reported, once, with a
+    /// `stuck command` warning naming its queue, command id, opcode, age and phase;
+    /// zero turns the warning off. Meant to be well under `command_timeout`.
+    pub stuck_command_warn: Duration,
     /// How long a transport queue connection may take.
     pub connect_timeout: Duration,
     /// DH-HMAC-CHAP secrets (nvme-cli `--dhchap-secret`, `--dhchap-ctrl-secret`).
@@ -61,6 +69,7 @@ impl ConnectOptions {
             admin_queue_size: DEFAULT_ADMIN_QUEUE_SIZE,
             kato_ms: if discovery { 0 } else { DEFAULT_KATO_MS },
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            stuck_command_warn: DEFAULT_STUCK_COMMAND_WARN,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             dhchap: None,
         }

@@ -114,6 +114,9 @@ pub struct MapStats {
     pub requests: u64,
     pub errors: u64,
     pub commands: u64,
+    /// Commands reported stuck (see [`Queue::set_stuck_warn`]) and the longest a
+    /// command was seen outstanding.
+    pub ages: crate::queue::CommandAges,
 }
 
 /// The export as the handshake describes it, from the controller's facts.
@@ -256,6 +259,7 @@ pub fn serve_recovering(
                 stats.requests += w.requests;
                 stats.errors += w.errors;
                 stats.commands += w.commands;
+                stats.ages.merge(w.ages);
             }
             Err(e) => {
                 first_err.get_or_insert(e);

@@ -261,6 +261,7 @@ fn run_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx) {
             st.0.requests += w.requests;
             st.0.errors += w.errors;
             st.0.commands += w.commands;
+            st.0.ages.merge(w.ages);
         }
         Err(e) => {
             warn!(qid, error = %e, "ublk queue failed; stopping the device");
@@ -333,6 +334,7 @@ fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Resul
         commit_done(&mut st)?;
         match rq.replace(usize::from(qid), generation) {
             Ok((q, g)) => {
+                st.stats.ages.merge(nq.take_command_ages());
                 *nq = q;
                 generation = g;
                 info!(qid, "ublk queue back on the reconnected controller");
@@ -346,6 +348,7 @@ fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Resul
         }
     }
     st.stats.commands = st.engine.commands();
+    st.stats.ages.merge(nq.take_command_ages());
     Ok(st.stats)
 }
 

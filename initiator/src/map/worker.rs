@@ -31,7 +31,7 @@ use super::plan::{self, Geometry};
 use super::proto::{self, Request};
 use super::stream::Stream;
 use crate::error::Error;
-use crate::queue::{Completion, Queue};
+use crate::queue::{CommandAges, Completion, Queue};
 use crate::requeue::{Generation, Recovery};
 use crate::transport::Fabric;
 
@@ -97,6 +97,9 @@ pub struct WorkerStats {
     pub requests: u64,
     pub errors: u64,
     pub commands: u64,
+    /// Commands reported stuck and the longest seen outstanding, on every queue
+    /// the worker drove.
+    pub ages: CommandAges,
 }
 
 struct Worker<'a> {
@@ -142,6 +145,7 @@ pub fn run(
                 w.answer();
                 match rc.source.replace(rc.index, generation) {
                     Ok((nq, g)) => {
+                        w.stats.ages.merge(q.take_command_ages());
                         *q = nq;
                         generation = g;
                     }
@@ -162,6 +166,7 @@ pub fn run(
     }
     handle.conns.store(0, Ordering::Relaxed);
     w.stats.commands = w.engine.commands();
+    w.stats.ages.merge(q.take_command_ages());
     r.map(|()| w.stats)
 }
 

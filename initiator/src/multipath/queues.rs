@@ -19,7 +19,7 @@ use super::{IoPolicy, PathSet, PathState};
 use crate::command::SqeBytes;
 use crate::error::Error;
 use crate::ioqueue::{IoQueue, PathIos};
-use crate::queue::{Completion, Queue};
+use crate::queue::{CommandAges, Completion, Queue};
 use crate::transport::{DataDir, IoBuf};
 
 /// The status of a command that no path could carry within `ctrl-loss-tmo` (Linux:
@@ -58,6 +58,8 @@ pub struct PathQueues {
     failed: Vec<Completion>,
     scratch: Vec<Completion>,
     qid: Qid,
+    /// What the stuck-command scans saw on queues since dropped (lost paths).
+    retired_ages: CommandAges,
 }
 
 impl PathQueues {
@@ -89,6 +91,7 @@ impl PathQueues {
             failed: Vec::new(),
             scratch: Vec::new(),
             qid,
+            retired_ages: CommandAges::default(),
         }
     }
 
@@ -154,7 +157,8 @@ impl PathQueues {
     /// commands in flight on it wait for another.
     fn path_lost(&mut self, i: usize) {
         if let Some(slot) = self.queues.get_mut(i) {
-            if let Some((q, generation)) = slot.take() {
+            if let Some((mut q, generation)) = slot.take() {
+                self.retired_ages.merge(q.take_command_ages());
                 drop(q);
                 self.set.lost(i, generation);
             }
@@ -402,6 +406,14 @@ impl IoQueue for PathQueues {
         Err(Error::InvalidArgument(
             "multipath queues replace lost paths themselves".into(),
         ))
+    }
+
+    fn take_command_ages(&mut self) -> CommandAges {
+        let mut ages = std::mem::take(&mut self.retired_ages);
+        for (q, _) in self.queues.iter_mut().flatten() {
+            ages.merge(q.take_command_ages());
+        }
+        ages
     }
 
     fn path_ios(&self) -> Vec<PathIos> {

@@ -34,7 +34,7 @@ use super::verify::{self, VerifyFailure};
 use crate::command;
 use crate::error::Error;
 use crate::ioqueue::{IoQueue, PathIos};
-use crate::queue::Completion;
+use crate::queue::{CommandAges, Completion};
 use crate::reconnect::RetryPolicy;
 use crate::requeue::{Generation, Recovery, MAX_FRUITLESS_RECONNECTS};
 use crate::transport::{DataDir, IoBuf};
@@ -202,6 +202,9 @@ pub struct JobOutcome {
     pub verify: VerifySummary,
     /// Commands completed per path (multipath; empty with one queue).
     pub paths: Vec<PathIos>,
+    /// Commands reported stuck, and the longest any command took or was seen
+    /// outstanding (ramp and read-back included; timed-out commands count).
+    pub ages: CommandAges,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -345,6 +348,8 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
         }
         let max_len = cfg.max_blocks as usize * cfg.block_size as usize;
         let now = Instant::now();
+        // The report covers this job's commands only.
+        let _ = q.take_command_ages();
         let job = Job {
             cfg,
             bufs,
@@ -388,6 +393,7 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
                 timeline: Vec::with_capacity(timeline_capacity(cfg)),
                 verify: VerifySummary::default(),
                 paths: Vec::new(),
+                ages: CommandAges::default(),
             },
             last_record: None,
             failed: false,
@@ -498,6 +504,7 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
         let mut job = self.job;
         job.publish();
         job.out.paths = self.q.path_ios();
+        job.out.ages.merge(self.q.take_command_ages());
         let cfg = job.cfg;
         let end = job.last_record.unwrap_or(cfg.ramp_end);
         job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
@@ -675,6 +682,8 @@ impl Job<'_> {
         let cfg = self.cfg;
         let bs = cfg.block_size as usize;
         let len = slot.nblocks as usize * bs;
+        let age = now.saturating_duration_since(slot.t0);
+        self.out.ages.longest = self.out.ages.longest.max(age);
         if self.recovering && c.is_host_timeout() {
             return false;
         }
@@ -929,6 +938,7 @@ impl Job<'_> {
             }
         }
         let (nq, g) = rc.source.replace(rc.index, *generation)?;
+        self.out.ages.merge(q.take_command_ages());
         q.install(nq)?;
         *generation = g;
         Ok(true)

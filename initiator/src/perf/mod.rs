@@ -430,6 +430,7 @@ pub fn run_recovering<Q: IoQueue>(
                     timeline: Vec::new(),
                     verify: VerifySummary::default(),
                     paths: Vec::new(),
+                    ages: Default::default(),
                 });
             }
         }

@@ -15,6 +15,7 @@ use super::parse::format_bytes;
 use super::PerfOptions;
 use crate::controller::NamespaceInfo;
 use crate::error::Error;
+use crate::queue::CommandAges;
 
 /// Percentiles reported, as fio prints them.
 pub const PERCENTILES: [f64; 5] = [50.0, 90.0, 99.0, 99.9, 99.99];
@@ -90,6 +91,8 @@ pub struct PerfReport {
     pub threads: usize,
     /// The CPUs they were pinned to (`--cpus`, as a list like `0-1,3`); `None`: unpinned.
     pub thread_cpus: Option<String>,
+    /// Commands reported stuck and the longest command age, all jobs.
+    pub ages: CommandAges,
 }
 
 impl PerfReport {
@@ -105,7 +108,9 @@ impl PerfReport {
         let mut verify = VerifySummary::default();
         let mut timeline: Vec<u64> = Vec::new();
         let mut elapsed = Duration::ZERO;
+        let mut ages = CommandAges::default();
         for j in &jobs {
+            ages.merge(j.ages);
             read.merge(&j.read);
             write.merge(&j.write);
             verify.merge(&j.verify);
@@ -130,6 +135,7 @@ impl PerfReport {
             timeline,
             threads: 1,
             thread_cpus: None,
+            ages,
         })
     }
 
@@ -232,6 +238,12 @@ impl PerfReport {
         dir_text(&mut s, "write", &self.write, self.elapsed);
         let _ = writeln!(
             s,
+            "commands: longest {:.3} ms, {} reported stuck",
+            self.ages.longest.as_secs_f64() * 1e3,
+            self.ages.stuck
+        );
+        let _ = writeln!(
+            s,
             "cpu: {:.1}% of one core (usr {:.1}%, sys {:.1}%), {:.2} us/IO",
             self.cpu_percent(),
             pct(self.cpu.user, self.elapsed),
@@ -283,6 +295,8 @@ impl PerfReport {
                     "read": dir_json(&j.read, j.elapsed),
                     "write": dir_json(&j.write, j.elapsed),
                     "verify": verify_json(&j.verify),
+                    "stuck_commands": j.ages.stuck,
+                    "longest_command_age_ns": nanos(j.ages.longest),
                 })
             })
             .collect();
@@ -313,6 +327,8 @@ impl PerfReport {
                 "read": dir_json(&self.read, self.elapsed),
                 "write": dir_json(&self.write, self.elapsed),
                 "lat_ns": lat_json(&self.latency()),
+                "stuck_commands": self.ages.stuck,
+                "longest_command_age_ns": nanos(self.ages.longest),
             },
             "cpu": {
                 "usr": pct(self.cpu.user, self.elapsed),
@@ -332,6 +348,11 @@ impl PerfReport {
             },
         })
     }
+}
+
+/// A duration in whole nanoseconds, as the latencies are reported.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn rate(n: u64, d: Duration) -> f64 {

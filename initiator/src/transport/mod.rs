@@ -27,6 +27,44 @@ pub enum DataDir {
     FromCtrl,
 }
 
+/// Where an outstanding command is, as far as the host can tell (for the reports of
+/// commands that take too long: [`crate::queue::Queue::outstanding_commands`]).
+/// Ordered by progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CommandPhase {
+    /// Submitted but not yet handed to the fabric: not flushed, or still (partly) in
+    /// the host's send buffer.
+    Queued,
+    /// The command capsule went out; the controller has not asked for or sent any
+    /// data and has not answered. On RDMA the host cannot see the controller's data
+    /// transfers, so every command sent and not answered is here.
+    Sent,
+    /// Data is moving: the controller asked for part of the write data (R2T) or sent
+    /// part of the read data, and there is more to move.
+    DataTransfer,
+    /// Every byte of data moved (or there was none to move): only the response is
+    /// missing.
+    AwaitingResponse,
+}
+
+impl CommandPhase {
+    /// The phase as logs and JSON name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandPhase::Queued => "queued",
+            CommandPhase::Sent => "sent",
+            CommandPhase::DataTransfer => "data-transfer",
+            CommandPhase::AwaitingResponse => "awaiting-response",
+        }
+    }
+}
+
+impl std::fmt::Display for CommandPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A data buffer the fabric can move: registered memory with remote access keys.
 #[derive(Clone)]
 pub struct IoBuf {
@@ -145,6 +183,13 @@ pub trait HostQueue: Send {
     fn poll(&mut self, out: &mut Vec<[u8; 16]>) -> Result<usize, TransportError>;
     /// Blocks until a response may be ready or `timeout` passes.
     fn wait(&mut self, timeout: Duration);
+    /// Where the outstanding command in `slot` is, for reports of commands that take
+    /// too long (never called per I/O). `None`: the transport cannot tell or has no
+    /// such command; the queue then reports what it knows (queued until flushed, then
+    /// sent).
+    fn command_phase(&self, _slot: u16) -> Option<CommandPhase> {
+        None
+    }
     /// Disconnects (idempotent).
     fn close(&mut self);
 }

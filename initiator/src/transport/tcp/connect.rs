@@ -179,6 +179,7 @@ impl TcpHostQueue {
                 maxh2cdata: negotiated.maxh2cdata,
                 slots,
                 tx: SendQueue::default(),
+                sent: 0,
                 cqes: Vec::with_capacity(usize::from(depth)),
                 direct: None,
                 large_data: false,

@@ -52,7 +52,7 @@ use nvmf_common::wire::sqe::offset as sqe_offset;
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::term_fes_name;
 
-use super::{DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
+use super::{CommandPhase, DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
 
 mod connect;
 mod pdu;
@@ -190,9 +190,42 @@ struct Cmd {
     in_capsule: bool,
     /// Write data asked for by R2Ts so far (the end of the last R2T).
     r2t_end: u32,
+    /// Read data received so far (the end of the furthest C2HData PDU handled).
+    c2h_end: u32,
+    /// Where in the send stream (see `Conn::sent`) the last bytes queued for this
+    /// command end: its capsule, then the H2CData answering its latest R2T.
+    tx_end: u64,
     /// The status the command completes with whatever the controller says (a data
     /// digest error on its read data).
     failed: Option<Status>,
+}
+
+impl Cmd {
+    /// Where the command is, given the bytes of the send stream written so far (what
+    /// [`HostQueue::command_phase`] reports).
+    fn phase(&self, sent: u64) -> CommandPhase {
+        let (moved, len) = match self.dir {
+            DataDir::ToCtrl if !self.in_capsule => (self.r2t_end, self.len),
+            DataDir::FromCtrl => (self.c2h_end, self.len),
+            // No data, or it went in the capsule.
+            _ => (0, 0),
+        };
+        if sent < self.tx_end {
+            // Written in part: the capsule itself, or the data of an R2T.
+            return if moved == 0 {
+                CommandPhase::Queued
+            } else {
+                CommandPhase::DataTransfer
+            };
+        }
+        if moved >= len {
+            CommandPhase::AwaitingResponse
+        } else if moved == 0 {
+            CommandPhase::Sent
+        } else {
+            CommandPhase::DataTransfer
+        }
+    }
 }
 
 /// A fatal error: why, and the termination request to send (FES, FEI) if any.
@@ -239,6 +272,10 @@ struct Conn {
     slots: Vec<Option<Cmd>>,
     /// Encoded PDUs and write data queued from the command's buffer, to be written.
     tx: SendQueue<WriteData>,
+    /// Bytes of the send stream written to the socket so far: with `tx.queued()`, the
+    /// position a command's last queued bytes end at (its `tx_end`), so the
+    /// stuck-command report can tell a command still waiting to go out.
+    sent: u64,
     /// Completions ready for the caller.
     cqes: Vec<[u8; CQE_LEN]>,
     /// The C2HData PDU being read is being received straight into its command's
@@ -246,6 +283,13 @@ struct Conn {
     direct: Option<usize>,
     /// The last C2HData PDU was received that way (see `SMALL_RX`).
     large_data: bool,
+}
+
+impl Conn {
+    /// Where the send stream ends now: the bytes written plus those queued.
+    fn tx_position(&self) -> u64 {
+        self.sent + self.tx.queued() as u64
+    }
 }
 
 /// Write data (H2CData) queued from its command's buffer instead of copied; the
@@ -378,6 +422,7 @@ impl HostQueue for TcpHostQueue {
         c.writer
             .capsule_cmd(&capsule, icd_data, &mut c.tx.bytes)
             .map_err(|e| TransportError::Invalid(format!("CapsuleCmd: {e}")))?;
+        let tx_end = c.tx_position();
         if let Some(s) = c.slots.get_mut(usize::from(slot)) {
             *s = Some(Cmd {
                 buf: data.cloned(),
@@ -385,6 +430,8 @@ impl HostQueue for TcpHostQueue {
                 len,
                 in_capsule,
                 r2t_end: 0,
+                c2h_end: 0,
+                tx_end,
                 failed: None,
             });
         }
@@ -408,6 +455,11 @@ impl HostQueue for TcpHostQueue {
             Ok(()) => Ok(got),
             Err(f) => Err(self.die(f)),
         }
+    }
+
+    fn command_phase(&self, slot: u16) -> Option<CommandPhase> {
+        let cmd = self.conn.slots.get(usize::from(slot))?.as_ref()?;
+        Some(cmd.phase(self.conn.sent))
     }
 
     fn wait(&mut self, timeout: Duration) {

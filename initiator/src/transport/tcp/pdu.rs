@@ -193,6 +193,8 @@ impl Conn {
                 data.len()
             )));
         }
+        // `end` is within the command's length, a u32.
+        cmd.c2h_end = cmd.c2h_end.max(u32::try_from(end).unwrap_or(u32::MAX));
         if success {
             let st = cmd.failed.unwrap_or(Status::SUCCESS);
             self.complete(cid, st);
@@ -319,6 +321,10 @@ impl Conn {
             };
             encoded.map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
             at += n;
+        }
+        let pos = self.tx_position();
+        if let Some(c) = self.slot(cid) {
+            c.tx_end = pos;
         }
         Ok(())
     }

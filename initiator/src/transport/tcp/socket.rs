@@ -60,6 +60,7 @@ impl TcpHostQueue {
     /// Writes queued PDUs until the socket would block.
     pub(super) fn write_out(&mut self) -> Result<(), Fatal> {
         let tx = &mut self.conn.tx;
+        let sent = &mut self.conn.sent;
         // Written data segments are only dropped (their buffers are the caller's).
         let mut written = Vec::new();
         while tx.pending() {
@@ -68,7 +69,10 @@ impl TcpHostQueue {
             drop(iov);
             match r {
                 Ok(0) => return Err(Fatal::quiet("the connection takes no more data".into())),
-                Ok(n) => tx.advance(n, &mut written),
+                Ok(n) => {
+                    tx.advance(n, &mut written);
+                    *sent += n as u64;
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Fatal::quiet(format!("send failed: {e}"))),
