@@ -3,11 +3,15 @@
 //! same directory, is flushed to stable storage, renamed over the old one, and the
 //! directory is flushed so the rename itself survives a power loss. A crash at any
 //! point leaves the old file or the new one, never a mix; a temporary file left by a
-//! crash is removed by the next write.
+//! crash is removed by the next write. The new file keeps the old one's mode and owner
+//! (a configuration with secrets stays 0600); a file that did not exist is created 0600.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// Mode of a file the target creates (it may hold secrets or host lists).
+const NEW_FILE_MODE: u32 = 0o600;
 
 /// Where a write stands; [`write_atomic_until`] stops after a chosen number of them
 /// (the crash-point tests).
@@ -74,12 +78,23 @@ pub fn write_atomic_until(
         left = left.saturating_sub(1);
         (left == 0).then_some(p)
     };
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     remove_stale_temps(path);
     let tmp = temp_of(path);
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(NEW_FILE_MODE)
         .open(&tmp)?;
+    if let Ok(old) = fs::metadata(path) {
+        // Best effort for the owner (only root may give a file away); the mode always.
+        let _ = std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()));
+        if let Err(e) = f.set_permissions(old.permissions()) {
+            drop(f);
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+    }
     if let Some(p) = reach(Point::Created) {
         return Ok(p);
     }
@@ -153,6 +168,12 @@ mod tests {
             }
         }
         assert!(points >= 20, "only {points} crash points");
+        // The mode of the file it replaces is kept.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&path, &new).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
         write_atomic(&path, &old).unwrap();
         let left: Vec<_> = fs::read_dir(&d).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "temporary files left: {left:?}");
