@@ -4,7 +4,7 @@
 //! where it is, and logs a `stuck command` warning for each once it passes the stuck
 //! bound, well before the command timeout ends it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::{Cid, Nsid, Qid};
@@ -28,29 +28,6 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 /// How often the test runs the host's timeout scan, as an I/O loop's housekeeping does.
 const SCAN_EVERY: Duration = Duration::from_millis(20);
 const BLOCK: usize = 512;
-
-/// A `MakeWriter` that keeps what this thread's subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut v) = self.0.lock() {
-            v.extend_from_slice(b);
-        }
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        let b = self.0.lock().map(|v| v.clone()).unwrap_or_default();
-        String::from_utf8_lossy(&b).into_owned()
-    }
-}
 
 /// The host's I/O loop: poll, and run the timeout scan now and then (as an I/O loop's
 /// housekeeping does), until `until`.
@@ -119,7 +96,7 @@ fn commands_the_target_never_answers_are_listed_and_reported_before_the_timeout(
             DataDir::FromCtrl,
         ),
     ];
-    let log = Captured::default();
+    let log = nvmf_tests::LogCapture::default();
     let sink = log.clone();
     let _guard = tracing_subscriber::fmt()
         .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)

@@ -308,3 +308,30 @@ pub fn connect_to(fabric: &Arc<dyn Fabric>, nqn: &Nqn, nr_io: u16, queue_size: u
     o.command_timeout = Duration::from_secs(10);
     Controller::connect(fabric.clone(), o).unwrap_or_else(|e| panic!("connect: {e}"))
 }
+
+/// Log lines kept for a test to read: a `tracing_subscriber` writer (clone it into
+/// `with_writer(move || capture.clone())`).
+#[derive(Clone, Default)]
+pub struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(b);
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogCapture {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default()
+    }
+}

@@ -4,8 +4,6 @@
 //! in `ctl status` and in the metrics; once the backend answers, it completes and
 //! leaves the view, and the high-water mark keeps its age.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::{Nqn, Nsid};
@@ -24,34 +22,9 @@ const BOUND: Duration = Duration::from_millis(500);
 const SWEEP_SLACK: Duration = Duration::from_millis(1500);
 const NLB: u32 = 16;
 
-/// Log lines of every thread, kept for the test to read.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut v) = self.0.lock() {
-            v.extend_from_slice(b);
-        }
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        self.0
-            .lock()
-            .map(|v| String::from_utf8_lossy(&v).into_owned())
-            .unwrap_or_default()
-    }
-}
-
 #[test]
 fn a_stalled_backend_shows_in_the_log_status_and_metrics_within_the_bound() {
-    let logs = Capture::default();
+    let logs = nvmf_tests::LogCapture::default();
     let w = logs.clone();
     tracing_subscriber::fmt()
         .with_env_filter("warn")
