@@ -376,3 +376,94 @@ fn status_lists_ports_subsystems_namespaces_hosts_and_queues() {
     );
     drop(c);
 }
+
+/// Subsystems and listeners are operations too: a subsystem added, given a namespace and
+/// a host, a new port added and linked, a host doing I/O through it; then unlinked,
+/// removed; every step that names something missing or already there is refused and
+/// changes nothing.
+#[test]
+fn subsystems_and_ports_are_added_linked_and_removed_over_the_socket() {
+    let t = start_live(&open_yaml(free_port()), None);
+    let sock = ctl(&t, "topology.sock");
+    let new = "nqn.2024-01.io.nvmf-rs:added";
+    let port2 = free_port();
+    let change = |op: Op| ok(&sock, Request::Change(op));
+    let refused = |op: Op, why: &str| {
+        let r =
+            request(sock.path(), &Request::Change(op.clone())).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!r.ok, "{op:?} was accepted");
+        let e = r.error.unwrap_or_default();
+        assert!(e.contains(why), "{op:?}: {e}");
+    };
+    change(Op::AddSubsystem {
+        nqn: new.into(),
+        allow_any_host: false,
+        serial: Some("SN-ADDED".into()),
+        model: None,
+    });
+    refused(
+        Op::AddSubsystem {
+            nqn: new.into(),
+            allow_any_host: true,
+            serial: None,
+            model: None,
+        },
+        "already exists",
+    );
+    change(Op::add_ns(new, Some(1), "ram:4M"));
+    change(Op::AddHost {
+        nqn: new.into(),
+        host: host(3).0.to_string(),
+    });
+    change(Op::AddPort {
+        portid: 2,
+        trtype: nvmf_common::config::TrType::Tcp,
+        traddr: "127.0.0.1".into(),
+        trsvcid: port2.to_string(),
+    });
+    refused(
+        Op::LinkSubsystem {
+            portid: 9,
+            nqn: new.into(),
+        },
+        "no port 9",
+    );
+    change(Op::LinkSubsystem {
+        portid: 2,
+        nqn: new.into(),
+    });
+    let nqn = Nqn::new(new).unwrap_or_else(|e| panic!("{e}"));
+    let mut c = connect_as(&t.fabric(2), 3, &nqn, 1, 0).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.id_ctrl().sn.trim(), "SN-ADDED");
+    {
+        let mut qs = c.take_io_queues();
+        let mut io = NsIo::new(&c, &mut qs[0], Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+        let d = nvmf_tests::pattern(7, 0, 8192);
+        io.write(0, &d).unwrap_or_else(|e| panic!("write: {e}"));
+        let mut back = vec![0u8; d.len()];
+        io.read(0, &mut back)
+            .unwrap_or_else(|e| panic!("read: {e}"));
+        assert!(back == d);
+    }
+    // Not allowed on the first port, allowed on the second only once linked.
+    assert!(connect_as(&t.fabric(1), 3, &nqn, 1, 0).is_err());
+    change(Op::UnlinkSubsystem {
+        portid: 2,
+        nqn: new.into(),
+    });
+    refused(
+        Op::UnlinkSubsystem {
+            portid: 2,
+            nqn: new.into(),
+        },
+        "does not export",
+    );
+    change(Op::RemoveSubsystem { nqn: new.into() });
+    refused(Op::RemoveSubsystem { nqn: new.into() }, "no subsystem");
+    change(Op::RemovePort { portid: 2 });
+    refused(Op::RemovePort { portid: 2 }, "no port 2");
+    let running = t.live.running();
+    assert_eq!(running.subsystems.len(), 1);
+    assert_eq!(running.ports.len(), 1);
+    drop(c);
+}

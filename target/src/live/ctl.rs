@@ -1,5 +1,6 @@
-//! The admin socket: `nvmf-target ctl add-ns|remove-ns|resize-ns|add-host|remove-host|
-//! reload|status` talk to a running target over a Unix stream socket.
+//! The admin socket: `nvmf-target ctl` talks to a running target over a Unix stream
+//! socket: every change ([`Op`]: namespaces, hosts, keys, ANA, subsystems, ports) and
+//! the queries (`reload`, `export`, `status`, `metrics`).
 //!
 //! Protocol: one JSON request per line, one JSON [`Response`] line back, then the
 //! server closes the connection. Requests are tagged by `op`:
@@ -12,6 +13,12 @@
 //! {"op":"remove-host","nqn":"...","host":"..."}
 //! {"op":"set-host-key","host":"...","key_file":"/etc/nvmf/h1.key"}
 //! {"op":"set-ana","portid":2,"grpid":1,"state":"inaccessible"}
+//! {"op":"add-subsystem","nqn":"...","allow_any_host":true}
+//! {"op":"remove-subsystem","nqn":"..."}
+//! {"op":"add-port","portid":2,"trtype":"tcp","traddr":"0.0.0.0","trsvcid":"4421"}
+//! {"op":"remove-port","portid":2}
+//! {"op":"link-subsystem","portid":2,"nqn":"..."}
+//! {"op":"unlink-subsystem","portid":2,"nqn":"..."}
 //! {"op":"reload"}
 //! {"op":"export"}
 //! {"op":"status"}

@@ -391,12 +391,22 @@ impl Live {
 
 /// Applies `op` to `cfg`; namespaces to reopen go to `resize`.
 fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(), String> {
+    if let Some(r) = op::edit_topology(cfg, op) {
+        return r;
+    }
     let nqn = match op {
         Op::AddNs { nqn, .. }
         | Op::RemoveNs { nqn, .. }
         | Op::ResizeNs { nqn, .. }
         | Op::AddHost { nqn, .. }
         | Op::RemoveHost { nqn, .. } => nqn,
+        // Handled by `op::edit_topology` above.
+        Op::AddSubsystem { .. }
+        | Op::RemoveSubsystem { .. }
+        | Op::AddPort { .. }
+        | Op::RemovePort { .. }
+        | Op::LinkSubsystem { .. }
+        | Op::UnlinkSubsystem { .. } => return Ok(()),
         Op::SetHostKey {
             host,
             key_file,
@@ -466,8 +476,15 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
                 return Err(format!("host {host} is not in the allowed hosts of {nqn}"));
             }
         }
-        // Returned above: they name a host or a port, not a subsystem.
-        Op::SetHostKey { .. } | Op::SetAna { .. } => {}
+        // Returned above: they name a host or a port, or change the topology.
+        Op::SetHostKey { .. }
+        | Op::SetAna { .. }
+        | Op::AddSubsystem { .. }
+        | Op::RemoveSubsystem { .. }
+        | Op::AddPort { .. }
+        | Op::RemovePort { .. }
+        | Op::LinkSubsystem { .. }
+        | Op::UnlinkSubsystem { .. } => {}
     }
     Ok(())
 }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use nvmf_common::config::AnaState;
+use nvmf_common::config::{AnaState, Config, PortConfig, SubsystemConfig, TrType, Tsas};
+use nvmf_common::types::Nqn;
 
 /// One administrative change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Subcommand)]
@@ -44,6 +45,42 @@ pub enum Op {
     },
     /// Remove a namespace.
     RemoveNs { nqn: String, nsid: u32 },
+    /// Add a subsystem (no namespaces, exported on no port until linked).
+    AddSubsystem {
+        nqn: String,
+        /// Any host may connect (otherwise only hosts added with add-host).
+        #[arg(long)]
+        #[serde(default)]
+        allow_any_host: bool,
+        /// Serial number (default: derived from the NQN).
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        serial: Option<String>,
+        /// Model number.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+    },
+    /// Remove a subsystem (its hosts are disconnected; every port stops exporting it).
+    RemoveSubsystem { nqn: String },
+    /// Add a listener (configfs ports/N): tcp or rdma on TRADDR:TRSVCID, or loop.
+    AddPort {
+        portid: u16,
+        #[arg(value_parser = parse_trtype)]
+        trtype: TrType,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        #[arg(default_value = "")]
+        traddr: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        #[arg(default_value = "")]
+        trsvcid: String,
+    },
+    /// Remove a listener (hosts connected through it are disconnected).
+    RemovePort { portid: u16 },
+    /// Export a subsystem on a port (configfs ports/N/subsystems/NQN).
+    LinkSubsystem { portid: u16, nqn: String },
+    /// Stop exporting a subsystem on a port.
+    UnlinkSubsystem { portid: u16, nqn: String },
     /// Serve a namespace at its backing file's, device's or RBD image's current size.
     ResizeNs { nqn: String, nsid: u32 },
     /// Allow a host NQN on a subsystem.
@@ -117,6 +154,101 @@ impl Op {
     }
 }
 
+/// Subsystems and ports: the new configuration, or why not (None: not one of these).
+/// Checks that need the whole configuration (address in use, cntlid ranges) are the
+/// planner's, as for a reloaded file.
+pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), String>> {
+    let nqn_of = |s: &str| Nqn::new(s).map_err(|e| format!("subsystem NQN {s:?}: {e}"));
+    let r = match op {
+        Op::AddSubsystem {
+            nqn,
+            allow_any_host,
+            serial,
+            model,
+        } => nqn_of(nqn).and_then(|n| {
+            if cfg.subsystem(&n).is_some() {
+                return Err(format!("subsystem {nqn} already exists"));
+            }
+            let mut s = SubsystemConfig::new(n);
+            s.allow_any_host = *allow_any_host;
+            s.serial.clone_from(serial);
+            s.model.clone_from(model);
+            cfg.subsystems.push(s);
+            Ok(())
+        }),
+        Op::RemoveSubsystem { nqn } => nqn_of(nqn).and_then(|n| {
+            let before = cfg.subsystems.len();
+            cfg.subsystems.retain(|s| s.nqn != n);
+            if cfg.subsystems.len() == before {
+                return Err(format!("no subsystem {nqn}"));
+            }
+            for p in &mut cfg.ports {
+                p.subsystems.retain(|s| *s != n);
+            }
+            Ok(())
+        }),
+        Op::AddPort {
+            portid,
+            trtype,
+            traddr,
+            trsvcid,
+        } => {
+            if cfg.port(*portid).is_some() {
+                Err(format!("port {portid} already exists"))
+            } else {
+                cfg.ports.push(PortConfig {
+                    portid: *portid,
+                    trtype: *trtype,
+                    traddr: traddr.clone(),
+                    trsvcid: trsvcid.clone(),
+                    adrfam: None,
+                    subsystems: Vec::new(),
+                    referrals: Vec::new(),
+                    ana_groups: Vec::new(),
+                    tsas: Tsas::default(),
+                    treq: None,
+                });
+                Ok(())
+            }
+        }
+        Op::RemovePort { portid } => {
+            let before = cfg.ports.len();
+            cfg.ports.retain(|p| p.portid != *portid);
+            if cfg.ports.len() == before {
+                Err(format!("no port {portid}"))
+            } else {
+                Ok(())
+            }
+        }
+        Op::LinkSubsystem { portid, nqn } | Op::UnlinkSubsystem { portid, nqn } => {
+            let link = matches!(op, Op::LinkSubsystem { .. });
+            nqn_of(nqn).and_then(|n| {
+                if cfg.subsystem(&n).is_none() {
+                    return Err(format!("no subsystem {nqn}"));
+                }
+                let Some(p) = cfg.ports.iter_mut().find(|p| p.portid == *portid) else {
+                    return Err(format!("no port {portid}"));
+                };
+                let linked = p.subsystems.contains(&n);
+                match (link, linked) {
+                    (true, true) => Err(format!("port {portid} already exports {nqn}")),
+                    (false, false) => Err(format!("port {portid} does not export {nqn}")),
+                    (true, false) => {
+                        p.subsystems.push(n);
+                        Ok(())
+                    }
+                    (false, true) => {
+                        p.subsystems.retain(|s| *s != n);
+                        Ok(())
+                    }
+                }
+            })
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
 /// A key file path as the target must see it.
 fn absolute(p: PathBuf) -> PathBuf {
     std::path::absolute(&p).unwrap_or(p)
@@ -128,6 +260,10 @@ fn parse_ceph_option(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err("expected KEY=VALUE, e.g. rados_osd_op_timeout=30".into()),
     }
+}
+
+fn parse_trtype(s: &str) -> Result<TrType, String> {
+    s.parse::<TrType>().map_err(|e| e.to_string())
 }
 
 fn parse_ana_state(s: &str) -> Result<AnaState, String> {
