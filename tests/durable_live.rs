@@ -200,3 +200,35 @@ fn a_change_that_cannot_be_saved_is_refused_and_changes_nothing() {
     assert_eq!(cfg.subsystems[0].namespaces.len(), 2);
     drop(t);
 }
+
+/// Two clients changing one subsystem at once: both changes are serialized, applied
+/// and in the file.
+#[test]
+fn concurrent_changes_are_serialized_and_both_saved() {
+    let port = free_port();
+    let path = tmp_path("durable-concurrent.yaml");
+    std::fs::write(&path, yaml(port)).unwrap_or_else(|e| panic!("{e}"));
+    let t = start_live(&yaml(port), Some(path.clone()));
+    let live = t.live.clone();
+    let threads: Vec<_> = (2..=9u32)
+        .map(|nsid| {
+            let live = live.clone();
+            std::thread::spawn(move || live.execute(&add_ns(nsid, "ram:1M")))
+        })
+        .collect();
+    for th in threads {
+        th.join()
+            .unwrap_or_else(|_| panic!("a client thread panicked"))
+            .unwrap_or_else(|e| panic!("a concurrent add-ns: {e}"));
+    }
+    let saved = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let mut nsids: Vec<u32> = saved.subsystems[0]
+        .namespaces
+        .iter()
+        .map(|n| n.nsid.0)
+        .collect();
+    nsids.sort_unstable();
+    assert_eq!(nsids, (1..=9).collect::<Vec<_>>(), "every change saved");
+    assert_eq!(saved, t.live.running(), "the file is the running state");
+    let _ = std::fs::remove_file(&path);
+}
