@@ -13,8 +13,10 @@
 //!   buffer (waiting in arrival order when the pool is empty) → host data → execute →
 //!   held (AER) or backend I/O → response → slot recycled. Connect installs the queue
 //!   (qid, size, SQ flow control) here, not in a transport.
-//! - [`pool`]: the data buffer arena, [`stats`]: one set of counters for every
-//!   transport, [`mailbox`]: how listeners hand queues to a group, [`ports`]: one
+//! - [`watch`]: where each outstanding command is and since when; stuck commands
+//!   (older than `transport.stuck_command_ms`) logged once, listed and counted.
+//! - [`pool`]: the data buffer arena (a buddy allocator), [`stats`]: one set of
+//!   counters for every transport, [`mailbox`]: how listeners hand queues to a group, [`ports`]: one
 //!   port API ([`PortServer`], [`PortError`]) that every fabric's server implements.
 //!
 //! Ownership: a poll group thread owns its [`Runtime`] (queues, slots, buffers,
