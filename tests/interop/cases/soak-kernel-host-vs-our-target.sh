@@ -43,6 +43,8 @@ PT_EXTRA_PER_ROUND=3
 # Passthru region at the start of each namespace (blocks); fio runs beyond it.
 PT_REGION_MB=8
 NS_MB=64
+# Bytes each fio job writes (and verifies) per namespace, after the passthru region.
+FIO_MB=16
 
 START=$(date +%s)
 DMESG0=$(dmesg | wc -l)
@@ -263,7 +265,7 @@ fio_start() {
   echo "+ fio ($_name) $_rw $_bs on $*"
   # shellcheck disable=SC2086 # $_bs: one option
   timeout 600 fio --ioengine=libaio --direct=1 --iodepth=16 --rw="$_rw" $_bs \
-    --offset="${PT_REGION_MB}M" --size=$((NS_MB / 2 - PT_REGION_MB))M \
+    --offset="${PT_REGION_MB}M" --size="${FIO_MB}M" \
     --verify=crc32c --verify_fatal=1 --randrepeat=0 \
     --output-format=json --output="$WORK/$_name.json" "$@" > "$WORK/$_name.out" 2>&1 &
   echo $! > "$WORK/$_name.pid"
