@@ -7,9 +7,11 @@
 # time; first, 1 MiB transfers fill the fresh arena and then 513, 511, 1, 8 and 129 blocks must
 # be served (issue 32's hang: a size class not used before waited forever). The base namespace
 # gets a verifying fio job in every round. Each round:
-#   - adds subsystem soak-rN live (config edited + `ctl reload`) with namespaces on a loop
-#     device (losetup over a file on /scratch) and on a file; a RAM namespace (ram:64M) comes
-#     with the config in even rounds and through `ctl add-ns` after the connect in odd ones;
+#   - adds subsystem soak-rN live with namespaces on a loop device (losetup over a file on
+#     /scratch), on a file and in RAM (ram:64M): in odd rounds the config is edited +
+#     `ctl reload` (loop and file) and the RAM namespace comes with `ctl add-ns` after the
+#     connect; in even rounds with `ctl add-subsystem`, `add-ns` x 3 and `link-subsystem`;
+#     the configuration file holds what ctl changed;
 #   - `nvme connect`, without digests in odd rounds, with --hdr-digest --data-digest in even ones;
 #   - nvme-cli passthru writes and reads of odd block counts (1, 7, 255, 256, 511, 512, 513,
 #     1023, 2047, MDTS, and three more in turn from 2 to 1537) on every namespace at odd start
@@ -21,9 +23,10 @@
 #     then one namespace's passthru writes read back);
 #   - disconnect, reconnect with the other digest setting, every passthru write read back
 #     again (passthru and O_DIRECT through the disk), a second verifying fio job;
-#   - disconnect, the RAM namespace removed with `ctl remove-ns` in odd rounds, the subsystem
-#     removed live (config edited + `ctl reload`), the target must let go of the loop device
-#     and the file.
+#   - odd rounds: the RAM namespace removed with `ctl remove-ns` (the host sees it go),
+#     disconnect, the subsystem removed with the config edited + `ctl reload`; even rounds:
+#     disconnect, `ctl remove-subsystem`; it is gone from `ctl status` and the config file,
+#     and the target lets go of the loop device and the file.
 # Fails on any I/O error or data mismatch, a kernel "I/O tag ... timeout" (or any nvme timeout
 # or I/O error in dmesg), a `stuck command` line in the target's log (the stuck-command
 # watchdog, when the target has it), an error or panic in the target's log. Ends with one
@@ -66,11 +69,19 @@ FIO_BS=""
 
 elapsed() { echo $(( $(date +%s) - START )); }
 
-# status_field NAME: the value of transport counter NAME in `ctl status` (summed over
-# transports), or n/a when the target does not report it.
+# status_field NAME max|sum: transport counter NAME from `ctl status` ("NAME VALUE" among a
+# transport line's counters), the largest or the sum over transports; n/a when the target
+# does not report it (the stuck-command watchdog's counters are newer than this case).
 status_field() {
-  "$T" ctl --socket "$CTL" status 2>/dev/null |
-    awk -v k="$1" '{ for (i = 1; i < NF; i++) { f = $i; sub(/^[,:]/, "", f); if (f == k) { v = $(i + 1); sub(/,$/, "", v); s += v; n++ } } }
+  "$T" ctl --socket "$CTL" status 2>/dev/null | grep '^transport ' |
+    awk -v k="$1" -v how="$2" '{
+        for (i = 1; i < NF; i++) {
+          f = $i; sub(/[:,=]$/, "", f)
+          if (f != k) continue
+          v = $(i + 1); sub(/,$/, "", v); v += 0; n++
+          if (how == "max") { if (v > s) s = v } else s += v
+        }
+      }
       END { if (n) print s; else print "n/a" }'
 }
 
@@ -378,17 +389,23 @@ while [ "$ROUNDS" -lt "$MIN_ROUNDS" ] || [ "$(elapsed)" -lt "$BUDGET" ]; do
   run "pattern" dd if=/dev/urandom of="$WORK/pattern" bs=1M count=3 status=none
   # The base keeps working while subsystems come and go.
   fio_start "base-$r" $((r % 4)) "$BDEV"
-  if [ $((r % 2)) -eq 0 ]; then
-    config "$NQN" "1:$LOOP" "2:$WORK/file-$r.img" "3:$RAM_NS"
-  else
+  if [ $((r % 2)) -eq 1 ]; then
     config "$NQN" "1:$LOOP" "2:$WORK/file-$r.img"
+    expect "ctl reload adds $NQN" "$NQN" "$T" ctl --socket "$CTL" reload
+  else
+    expect "ctl add-subsystem" "$NQN" "$T" ctl --socket "$CTL" add-subsystem "$NQN" --allow-any-host
+    expect "ctl add-ns (loop)" "$NQN" "$T" ctl --socket "$CTL" add-ns "$NQN" "$LOOP" --nsid 1
+    expect "ctl add-ns (file)" "$NQN" "$T" ctl --socket "$CTL" add-ns "$NQN" "$WORK/file-$r.img" --nsid 2
+    expect "ctl add-ns (RAM)" "$NQN" "$T" ctl --socket "$CTL" add-ns "$NQN" "$RAM_NS" --nsid 3
+    expect "ctl link-subsystem" "port 1" "$T" ctl --socket "$CTL" link-subsystem 1 "$NQN"
   fi
-  expect "ctl reload adds $NQN" "$NQN" "$T" ctl --socket "$CTL" reload
   # shellcheck disable=SC2086 # $D1: digest options
   connect "$NQN" $D1
   if [ $((r % 2)) -eq 1 ]; then
-    expect "ctl add-ns $RAM_NS" "namespace|added|$NQN" "$T" ctl --socket "$CTL" add-ns "$NQN" "$RAM_NS" --nsid 3
+    expect "ctl add-ns $RAM_NS" "$NQN" "$T" ctl --socket "$CTL" add-ns "$NQN" "$RAM_NS" --nsid 3
   fi
+  # Live changes are saved in the configuration file.
+  check "$CFG holds $NQN's RAM namespace" "grep -qF '$RAM_NS' '$CFG'"
   for n in 1 2 3; do wait_ns "$NQN" "$n" present || fail "namespace $n of $NQN"; done
   CTRL=$(ctrl_of "$NQN") || fail "no controller for $NQN"
   D_1=$(ns_disk "$NQN" 1) D_2=$(ns_disk "$NQN" 2) D_3=$(ns_disk "$NQN" 3)
@@ -424,27 +441,31 @@ while [ "$ROUNDS" -lt "$MIN_ROUNDS" ] || [ "$(elapsed)" -lt "$BUDGET" ]; do
   health
 
   if [ $((r % 2)) -eq 1 ]; then
-    expect "ctl remove-ns 3" "." "$T" ctl --socket "$CTL" remove-ns "$NQN" 3
+    expect "ctl remove-ns 3" "$NQN" "$T" ctl --socket "$CTL" remove-ns "$NQN" 3
     wait_ns "$NQN" 3 absent || fail "namespace 3 still there after remove-ns"
+    run "disconnect" nvme disconnect -n "$NQN"
+    config ""
+    expect "ctl reload removes $NQN" "$NQN" "$T" ctl --socket "$CTL" reload
+  else
+    run "disconnect" nvme disconnect -n "$NQN"
+    expect "ctl remove-subsystem" "$NQN" "$T" ctl --socket "$CTL" remove-subsystem "$NQN"
   fi
-  run "disconnect" nvme disconnect -n "$NQN"
-  config ""
-  expect "ctl reload removes $NQN" "$NQN" "$T" ctl --socket "$CTL" reload
   if "$T" ctl --socket "$CTL" status | grep -qF "$NQN"; then fail "$NQN still in ctl status"; fi
+  if grep -qF "$NQN" "$CFG"; then fail "$NQN still in $CFG"; fi
   released "$LOOP" || fail "the target still holds $LOOP after removing $NQN"
   released "$WORK/file-$r.img" || fail "the target still holds file-$r.img after removing $NQN"
   run "losetup -d" losetup -d "$LOOP"
   rm -f "$WORK/loop-$r.img" "$WORK/file-$r.img" "$WORK"/pt-*.dat "$WORK"/*.json "$WORK"/*.out
   health
   pid=$(cat "$LOG/target.pid")
-  echo "  round $r done in $(( $(date +%s) - t0 )) s; target: $(find "/proc/$pid/fd" -mindepth 1 | wc -l) fds, $(awk '/^VmRSS/ {print $2 $3}' "/proc/$pid/status") RSS, $(awk '/^Threads/ {print $2}' "/proc/$pid/status") threads; longest_command_ms $(status_field longest_command_ms)"
+  echo "  round $r done in $(( $(date +%s) - t0 )) s; target: $(find "/proc/$pid/fd" -mindepth 1 | wc -l) fds, $(awk '/^VmRSS/ {print $2 $3}' "/proc/$pid/status") RSS, $(awk '/^Threads/ {print $2}' "/proc/$pid/status") threads; longest_command_ms $(status_field longest_command_ms max)"
 done
 
 run "disconnect base" nvme disconnect -n "$BASE"
 health
 "$T" ctl --socket "$CTL" status | grep '^transport' || true
-LONGEST=$(status_field longest_command_ms)
-STUCK=$(status_field stuck_commands)
+LONGEST=$(status_field longest_command_ms max)
+STUCK=$(status_field stuck_commands sum)
 SECS=$(elapsed)
 stop_bg target
 if grep -n 'stuck command' "$LOG/target.log"; then fail "the target logged a stuck command"; fi
