@@ -16,9 +16,8 @@
 #   - nvme-cli passthru writes and reads of odd block counts (1, 7, 255, 256, 511, 512, 513,
 #     1023, 2047, MDTS, and three more in turn from 2 to 1537) on every namespace at odd start
 #     blocks, each read back and compared (and compared with the backing file of the file and
-#     loop namespaces), while a
-#     fio --verify=crc32c job with odd block sizes (bsrange / bssplit beyond MDTS, so the
-#     kernel splits them) runs on the rest of each namespace;
+#     loop namespaces), while a fio --verify=crc32c job with odd block sizes (bsrange /
+#     bssplit beyond MDTS, so the kernel splits them) runs on the rest of each namespace;
 #   - a controller reset (`nvme reset`) under fio (rounds 1, 4, ...) or while idle (2, 5, ...,
 #     then one namespace's passthru writes read back);
 #   - disconnect, reconnect with the other digest setting, every passthru write read back
@@ -29,7 +28,8 @@
 #     and the target lets go of the loop device and the file.
 # Fails on any I/O error or data mismatch, a kernel "I/O tag ... timeout" (or any nvme timeout
 # or I/O error in dmesg), a `stuck command` line in the target's log (the stuck-command
-# watchdog, when the target has it), an error or panic in the target's log. Ends with one
+# watchdog), an error or panic in the target's log (its warnings are listed, not failures:
+# "not exported on any port" while an even round's subsystem is built). Ends with one
 # summary line: rounds, passthru commands, fio I/Os, sizes, elapsed time, and
 # longest_command_ms / stuck_commands from `ctl status` (n/a when the target has no such counter).
 . "$INTEROP/lib.sh"
@@ -182,7 +182,7 @@ wait_live() {
   return 1
 }
 
-# connect NQN DIGESTS...: nvme connect, then waits for the disks of namespaces 1..$NSCOUNT.
+# connect NQN DIGEST-OPTIONS...: nvme connect to our target (the caller waits for the disks).
 connect() {
   _nqn=$1
   shift
@@ -190,7 +190,7 @@ connect() {
   nvme connect -t tcp -a "$GUEST_IP" -s 4420 -n "$_nqn" "$@" || fail "connect $_nqn $*"
 }
 
-# ram_spec: the round's RAM namespace.
+# The round's RAM namespace.
 RAM_NS="ram:${NS_MB}M"
 
 # pt_counts MAXBLOCKS: the round's passthru block counts, capped at MAXBLOCKS, plus MAXBLOCKS.
@@ -455,7 +455,7 @@ while [ "$ROUNDS" -lt "$MIN_ROUNDS" ] || [ "$(elapsed)" -lt "$BUDGET" ]; do
   released "$LOOP" || fail "the target still holds $LOOP after removing $NQN"
   released "$WORK/file-$r.img" || fail "the target still holds file-$r.img after removing $NQN"
   run "losetup -d" losetup -d "$LOOP"
-  rm -f "$WORK/loop-$r.img" "$WORK/file-$r.img" "$WORK"/pt-*.dat "$WORK"/*.json "$WORK"/*.out
+  rm -f "$WORK/loop-$r.img" "$WORK/file-$r.img" "$WORK"/pt-*.dat "$WORK"/*.json "$WORK"/*.j "$WORK"/*.out "$WORK"/*.pid
   health
   pid=$(cat "$LOG/target.pid")
   echo "  round $r done in $(( $(date +%s) - t0 )) s; target: $(find "/proc/$pid/fd" -mindepth 1 | wc -l) fds, $(awk '/^VmRSS/ {print $2 $3}' "/proc/$pid/status") RSS, $(awk '/^Threads/ {print $2}' "/proc/$pid/status") threads; longest_command_ms $(status_field longest_command_ms max)"
