@@ -35,8 +35,12 @@ trap cleanup EXIT
 
 # node_cfg NAME PORT CNTLID_MIN CNTLID_MAX ANA_STATE: writes $WORK/NAME.yaml; the gateway is
 # the Ceph client client.gw-NAME (its own log and admin socket in the cluster's directory).
+# stuck_command_ms: B's first writes wait in librbd for the dead A's exclusive lock until the
+# OSD expires A's watch (15 s, below): by design, so the stuck-command bound is raised above
+# that, and stays under the kernel host's 30 s I/O timeout so a real hang still shows.
 node_cfg() {
   cat > "$WORK/$1.yaml" <<EOF
+transport: { stuck_command_ms: 25000 }
 ports:
   - { portid: 1, trtype: tcp, adrfam: ipv4, traddr: $GUEST_IP, trsvcid: "$2", subsystems: [$NQN],
       ana_groups: [{ grpid: 1, state: $5 }] }
