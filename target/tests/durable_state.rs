@@ -5,24 +5,17 @@
 //! meanwhile is never undone by a live change (the change is refused until a reload).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "support/service.rs"]
+mod service;
+use service::{bin, ctl, free_port, signal, wait_status};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:durable";
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
-}
-
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("nvmf-durable-{}-{name}", std::process::id()))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn config(port: u16, namespaces: &str) -> String {
@@ -31,22 +24,6 @@ fn config(port: u16, namespaces: &str) -> String {
          ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: {port}, subsystems: [{SUB}] }}\n\
          subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n    namespaces:\n{namespaces}"
     )
-}
-
-fn ctl(sock: &Path, args: &[&str]) -> (bool, String) {
-    let out = bin()
-        .arg("ctl")
-        .arg("--socket")
-        .arg(sock)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 fn start(cfg: &Path, sock: &Path) -> Child {
@@ -63,11 +40,6 @@ fn start(cfg: &Path, sock: &Path) -> Child {
     child
 }
 
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, sig).unwrap_or_else(|e| panic!("kill: {e}"));
-}
-
 fn stop(mut child: Child, sig: nix::sys::signal::Signal) {
     signal(&child, sig);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -77,19 +49,6 @@ fn stop(mut child: Child, sig: nix::sys::signal::Signal) {
             "the target did not exit on {sig}"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits until `ctl status` output satisfies `ok`.
-fn wait_status(sock: &Path, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, s) = ctl(sock, &["status"]);
-        if ok(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{what}: last status:\n{s}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

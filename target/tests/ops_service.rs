@@ -3,25 +3,18 @@
 //! orderly exit on SIGTERM.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+#[path = "support/service.rs"]
+mod service;
+use service::{bin, ctl, free_port, signal, wait_status};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:svc";
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
-}
-
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("nvmf-svc-{}-{name}", std::process::id()))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn config(port: u16, namespaces: &str) -> String {
@@ -29,40 +22,6 @@ fn config(port: u16, namespaces: &str) -> String {
         "ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: {port}, subsystems: [{SUB}] }}\n\
          subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n    namespaces:\n{namespaces}"
     )
-}
-
-fn ctl(sock: &Path, args: &[&str]) -> (bool, String) {
-    let out = bin()
-        .arg("ctl")
-        .arg("--socket")
-        .arg(sock)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-fn signal(child: &Child, sig: nix::sys::signal::Signal) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, sig).unwrap_or_else(|e| panic!("kill: {e}"));
-}
-
-/// Waits until `ctl status` output satisfies `ok`.
-fn wait_status(sock: &Path, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, s) = ctl(sock, &["status"]);
-        if ok(&s) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{what}: last status:\n{s}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
