@@ -6,6 +6,7 @@ pub mod backend;
 pub mod controller;
 pub mod core;
 pub mod durable;
+pub mod events;
 pub mod fastmap;
 pub mod limits;
 pub mod live;

@@ -46,6 +46,8 @@ pub struct Target {
     pub ana: crate::ana::AnaPorts,
     /// What the data path counts, for the metrics endpoint and `ctl top`.
     pub metrics: crate::metrics::Registry,
+    /// What happened, for subscribers (the management API's event stream).
+    pub events: crate::events::EventBus,
 }
 
 /// A serial number derived from the NQN when the config gives none (20 hex digits).
@@ -96,6 +98,7 @@ impl Target {
             hosts: crate::auth::HostAuthDb::default(),
             ana: crate::ana::AnaPorts::default(),
             metrics: crate::metrics::Registry::default(),
+            events: crate::events::EventBus::default(),
         })
     }
 
