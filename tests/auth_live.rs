@@ -119,7 +119,7 @@ fn reload_rereads_key_files_and_refuses_one_readable_by_others() {
     // A key file others may read is refused, by reload and by check-config.
     write_key(&f, &a, 0o644);
     let e = t.live.reload().unwrap_err();
-    assert!(e.contains("readable by group or others"), "{e}");
+    assert!(e.message.contains("readable by group or others"), "{e}");
     let e = Config::load(&cfg_path).unwrap_err().to_string();
     assert!(
         e.contains("hosts[0].dhchap_key") && e.contains("chmod 600"),

@@ -165,9 +165,10 @@ fn a_change_that_cannot_be_saved_is_refused_and_changes_nothing() {
         .execute(&add_ns(2, "ram:1M"))
         .expect_err("a change on a full file system");
     assert!(
-        e.contains("cannot save the change") && e.contains("nothing changed"),
+        e.message.contains("cannot save the change") && e.message.contains("nothing changed"),
         "{e}"
     );
+    assert_eq!(e.kind, nvmf_target::live::RefusalKind::Unavailable, "{e}");
     let sub = t
         .target
         .subsystem_by_name(SUB)

@@ -291,7 +291,7 @@ fn reload_adds_and_removes_a_port_and_refuses_a_bad_config_whole() {
         .reload()
         .err()
         .unwrap_or_else(|| panic!("bad config accepted"));
-    assert!(err.contains("/nonexistent/x.img"), "{err}");
+    assert!(err.message.contains("/nonexistent/x.img"), "{err}");
     assert_eq!(
         config_of(t.live.status()),
         before,
@@ -306,7 +306,7 @@ fn reload_adds_and_removes_a_port_and_refuses_a_bad_config_whole() {
                 .unwrap_or_else(|e| panic!("{e}")),
         )
         .err();
-    assert!(err.is_some_and(|e| e.contains("restart")));
+    assert!(err.is_some_and(|e| e.message.contains("restart")));
 
     // Port 2 removed: its listener closes and its controller ends.
     std::fs::write(&path, open_yaml(p1)).unwrap_or_else(|e| panic!("{e}"));

@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::status::StatusView;
-use super::{Live, Op};
+use super::{Live, Op, Refusal, RefusalKind};
 
 /// Where the socket is unless `--ctl-socket` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/nvmf-target.sock";
@@ -78,13 +78,16 @@ impl From<Op> for Request {
 }
 
 /// The answer: `ok` with what changed (or the status view), or the reason for refusal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A refusal's kind (what the management API returns as its status code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<RefusalKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<StatusView>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,28 +98,31 @@ pub struct Response {
 }
 
 impl Response {
-    fn from_result(r: Result<Vec<String>, String>) -> Response {
+    fn from_result(r: Result<Vec<String>, Refusal>) -> Response {
         match r {
-            Ok(changes) => Response {
-                ok: true,
-                changes,
-                error: None,
-                status: None,
-                metrics: None,
-                config: None,
+            Ok(changes) => Response::changed(changes),
+            Err(e) => Response {
+                refusal: Some(e.kind),
+                ..Response::error(e.message)
             },
-            Err(e) => Response::error(e),
         }
     }
 
-    fn error(e: String) -> Response {
+    /// Accepted, with what changed.
+    pub fn changed(changes: Vec<String>) -> Response {
+        Response {
+            ok: true,
+            changes,
+            ..Response::default()
+        }
+    }
+
+    /// Refused or failed, with the reason.
+    pub fn error(e: String) -> Response {
         Response {
             ok: false,
-            changes: Vec::new(),
             error: Some(e),
-            status: None,
-            metrics: None,
-            config: None,
+            ..Response::default()
         }
     }
 }
@@ -126,29 +132,21 @@ pub fn handle(live: &Live, req: &Request) -> Response {
     let op = match req.clone() {
         Request::Status => {
             return Response {
-                ok: true,
-                changes: Vec::new(),
-                error: None,
                 status: Some(live.status()),
-                metrics: None,
-                config: None,
+                ..Response::changed(Vec::new())
             }
         }
         Request::Metrics => {
             return Response {
-                ok: true,
-                changes: Vec::new(),
-                error: None,
-                status: None,
                 metrics: Some(crate::metrics::snapshot(live.target())),
-                config: None,
+                ..Response::changed(Vec::new())
             }
         }
         Request::Export => {
             return match live.export() {
                 Ok(yaml) => Response {
                     config: Some(yaml),
-                    ..Response::from_result(Ok(Vec::new()))
+                    ..Response::changed(Vec::new())
                 },
                 Err(e) => Response::error(e),
             }

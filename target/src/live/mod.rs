@@ -28,6 +28,7 @@ pub mod hooks;
 mod op;
 mod plan;
 pub mod rdma_hooks;
+pub mod refusal;
 pub mod status;
 pub mod top;
 
@@ -46,6 +47,7 @@ use crate::subsystem::MAX_NAMESPACES;
 use crate::target::{DiscoveryScope, Target};
 pub use op::Op;
 use plan::Step;
+pub use refusal::{Refusal, RefusalKind};
 
 /// Starts and stops listeners for ports added or removed while running.
 pub trait PortHooks: Send + Sync {
@@ -137,13 +139,17 @@ impl Live {
     }
 
     /// Re-reads the config file (SIGHUP) and applies it.
-    pub fn reload(&self) -> Result<Vec<String>, String> {
+    pub fn reload(&self) -> Result<Vec<String>, Refusal> {
         let Some(path) = &self.config_path else {
             return Err("the target was started without --config: nothing to re-read".into());
         };
         let mut running = self.running.lock();
-        let bytes =
-            std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let bytes = std::fs::read(path).map_err(|e| {
+            Refusal::new(
+                RefusalKind::Unavailable,
+                format!("{}: cannot read: {e}", path.display()),
+            )
+        })?;
         let text = std::str::from_utf8(&bytes)
             .map_err(|e| format!("{}: not UTF-8: {e}", path.display()))?;
         let cfg =
@@ -155,14 +161,14 @@ impl Live {
 
     /// Moves the target to `new`, whole or not at all (not written anywhere: tests and
     /// embedders). Returns what changed.
-    pub fn apply(&self, new: Config) -> Result<Vec<String>, String> {
+    pub fn apply(&self, new: Config) -> Result<Vec<String>, Refusal> {
         let mut running = self.running.lock();
         self.apply_locked(&mut running, new, &[], None)
     }
 
     /// Runs one administrative change on a copy of the running configuration; with a
     /// config file, the change is in the file before it is applied.
-    pub fn execute(&self, op: &Op) -> Result<Vec<String>, String> {
+    pub fn execute(&self, op: &Op) -> Result<Vec<String>, Refusal> {
         let mut running = self.running.lock();
         let mut new = running.clone();
         let mut resize = Vec::new();
@@ -177,11 +183,14 @@ impl Live {
 
     /// The config file's bytes, when they are still what the target last read or
     /// wrote; otherwise why a live change must wait.
-    fn unchanged_file(&self, path: &Path) -> Result<Vec<u8>, String> {
+    fn unchanged_file(&self, path: &Path) -> Result<Vec<u8>, Refusal> {
         let now = std::fs::read(path).map_err(|e| {
-            format!(
-                "{}: cannot read the configuration file to save the change: {e}; nothing changed",
-                path.display()
+            Refusal::new(
+                RefusalKind::Unavailable,
+                format!(
+                    "{}: cannot read the configuration file to save the change: {e}; nothing changed",
+                    path.display()
+                ),
             )
         })?;
         if self.file.lock().as_deref() != Some(now.as_slice()) {
@@ -190,7 +199,7 @@ impl Live {
                 path.display()
             );
             warn!("live change refused: {e}");
-            return Err(e);
+            return Err(Refusal::new(RefusalKind::Aborted, e));
         }
         Ok(now)
     }
@@ -210,7 +219,7 @@ impl Live {
         new: Config,
         resize: &[(String, Nsid)],
         save: Option<(&Path, Vec<u8>)>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, Refusal> {
         let hooks = self.hooks.clone();
         let can = move |t: TrType| hooks.can_serve(t);
         let plan = plan::plan(running, &new, &self.target, &can, resize).inspect_err(|e| {
@@ -230,7 +239,7 @@ impl Live {
                     warn!(path = %path.display(), "cannot restore the configuration file: {e2}");
                 }
             }
-            return Err(e);
+            return Err(e.into());
         }
         if let Some(bytes) = written {
             *self.file.lock() = Some(bytes);
@@ -251,7 +260,7 @@ impl Live {
     }
 
     /// Writes `cfg` into the config file at `path` (atomically and durably).
-    fn save(&self, path: &Path, cfg: &Config) -> Result<Vec<u8>, String> {
+    fn save(&self, path: &Path, cfg: &Config) -> Result<Vec<u8>, Refusal> {
         let yaml = cfg.to_yaml().map_err(|e| e.to_string())?;
         let bytes = format!("{REWRITTEN_HEADER}{yaml}").into_bytes();
         crate::durable::write_atomic(path, &bytes).map_err(|e| {
@@ -260,7 +269,7 @@ impl Live {
                 path.display()
             );
             warn!("live change refused: {e}");
-            e
+            Refusal::new(RefusalKind::Unavailable, e)
         })?;
         Ok(bytes)
     }
@@ -390,7 +399,7 @@ impl Live {
 }
 
 /// Applies `op` to `cfg`; namespaces to reopen go to `resize`.
-fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(), String> {
+fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(), Refusal> {
     if let Some(r) = op::edit_topology(cfg, op) {
         return r;
     }
@@ -419,9 +428,9 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             state,
         } => return set_ana(cfg, *portid, *grpid, *state),
     };
-    let key = Nqn::new(nqn.clone()).map_err(|e| format!("subsystem NQN {nqn:?}: {e}"))?;
+    let key = Nqn::new(nqn.clone()).map_err(|e| Refusal::invalid("nqn", e))?;
     let Some(sub) = cfg.subsystems.iter_mut().find(|s| s.nqn == key) else {
-        return Err(format!("no subsystem {nqn}"));
+        return Err(Refusal::not_found(format!("no subsystem {nqn}")));
     };
     match op {
         Op::AddNs {
@@ -433,13 +442,24 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ..
         } => {
             let id = match nsid {
+                Some(n) if !(1..=MAX_NAMESPACES).contains(n) => {
+                    return Err(Refusal::invalid(
+                        "nsid",
+                        format!("{n} is not in 1..={MAX_NAMESPACES}"),
+                    ))
+                }
                 Some(n) => *n,
                 None => (1..=MAX_NAMESPACES)
                     .find(|i| sub.namespace(Nsid(*i)).is_none())
                     .ok_or_else(|| format!("subsystem {nqn} has no free nsid"))?,
             };
             if sub.namespace(Nsid(id)).is_some() {
-                return Err(format!("subsystem {nqn} already has namespace {id}"));
+                return Err(Refusal::exists(format!(
+                    "subsystem {nqn} already has namespace {id}"
+                )));
+            }
+            if device_path.is_empty() {
+                return Err(Refusal::invalid("device_path", "empty"));
             }
             let mut ns = NamespaceConfig::new(Nsid(id), device_path.clone());
             ns.ceph_conf.clone_from(ceph_conf);
@@ -452,28 +472,36 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             let before = sub.namespaces.len();
             sub.namespaces.retain(|n| n.nsid != Nsid(*nsid));
             if sub.namespaces.len() == before {
-                return Err(format!("subsystem {nqn} has no namespace {nsid}"));
+                return Err(Refusal::not_found(format!(
+                    "subsystem {nqn} has no namespace {nsid}"
+                )));
             }
         }
         Op::ResizeNs { nsid, .. } => {
             if sub.namespace(Nsid(*nsid)).is_none_or(|n| !n.enable) {
-                return Err(format!("subsystem {nqn} has no enabled namespace {nsid}"));
+                return Err(Refusal::not_found(format!(
+                    "subsystem {nqn} has no enabled namespace {nsid}"
+                )));
             }
             resize.push((nqn.clone(), Nsid(*nsid)));
         }
         Op::AddHost { host, .. } => {
-            let h = Nqn::new(host.clone()).map_err(|e| format!("host NQN {host:?}: {e}"))?;
+            let h = Nqn::new(host.clone()).map_err(|e| Refusal::invalid("host", e))?;
             if sub.allowed_hosts.contains(&h) {
-                return Err(format!("host {host} is already allowed on {nqn}"));
+                return Err(Refusal::exists(format!(
+                    "host {host} is already allowed on {nqn}"
+                )));
             }
             sub.allowed_hosts.push(h);
         }
         Op::RemoveHost { host, .. } => {
-            let h = Nqn::new(host.clone()).map_err(|e| format!("host NQN {host:?}: {e}"))?;
+            let h = Nqn::new(host.clone()).map_err(|e| Refusal::invalid("host", e))?;
             let before = sub.allowed_hosts.len();
             sub.allowed_hosts.retain(|x| *x != h);
             if sub.allowed_hosts.len() == before {
-                return Err(format!("host {host} is not in the allowed hosts of {nqn}"));
+                return Err(Refusal::not_found(format!(
+                    "host {host} is not in the allowed hosts of {nqn}"
+                )));
             }
         }
         // Returned above: they name a host or a port, or change the topology.
@@ -496,13 +524,13 @@ fn set_host_key(
     key_file: &Option<PathBuf>,
     ctrl_key_file: &Option<PathBuf>,
     clear_ctrl_key: bool,
-) -> Result<(), String> {
-    let h = Nqn::new(host).map_err(|e| format!("host NQN {host:?}: {e}"))?;
+) -> Result<(), Refusal> {
+    let h = Nqn::new(host).map_err(|e| Refusal::invalid("host", e))?;
     if key_file.is_none() && ctrl_key_file.is_none() && !clear_ctrl_key {
-        return Err(
-            "nothing to set: give --dhchap-key-file, --dhchap-ctrl-key-file or --clear-ctrl-key"
-                .into(),
-        );
+        return Err(Refusal::invalid(
+            "key_file",
+            "nothing to set: give --dhchap-key-file, --dhchap-ctrl-key-file or --clear-ctrl-key",
+        ));
     }
     let i = match cfg.hosts.iter().position(|e| e.nqn == h) {
         Some(i) => i,
@@ -512,7 +540,7 @@ fn set_host_key(
         }
     };
     let Some(e) = cfg.hosts.get_mut(i) else {
-        return Err(format!("host {host}: entry vanished"));
+        return Err(format!("host {host}: entry vanished").into());
     };
     if let Some(f) = key_file {
         e.dhchap_key = None;
@@ -530,13 +558,16 @@ fn set_host_key(
 }
 
 /// `ctl set-ana`: the state of one ANA group on one port (optimized removes the entry).
-fn set_ana(cfg: &mut Config, portid: u16, grpid: u32, state: AnaState) -> Result<(), String> {
+fn set_ana(cfg: &mut Config, portid: u16, grpid: u32, state: AnaState) -> Result<(), Refusal> {
     let max = nvmf_common::wire::ana::MAX_GROUPS;
     if grpid == 0 || grpid > max {
-        return Err(format!("ANA group id {grpid} is not in 1..={max}"));
+        return Err(Refusal::invalid(
+            "grpid",
+            format!("ANA group id {grpid} is not in 1..={max}"),
+        ));
     }
     let Some(port) = cfg.ports.iter_mut().find(|p| p.portid == portid) else {
-        return Err(format!("no port {portid}"));
+        return Err(Refusal::not_found(format!("no port {portid}")));
     };
     port.ana_groups.retain(|g| g.grpid != grpid);
     if state != AnaState::Optimized {

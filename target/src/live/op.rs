@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use nvmf_common::config::{AnaState, Config, PortConfig, SubsystemConfig, TrType, Tsas};
 use nvmf_common::types::Nqn;
 
+use super::refusal::Refusal;
+
 /// One administrative change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, clap::Subcommand)]
 #[serde(tag = "op", rename_all = "kebab-case")]
@@ -157,8 +159,8 @@ impl Op {
 /// Subsystems and ports: the new configuration, or why not (None: not one of these).
 /// Checks that need the whole configuration (address in use, cntlid ranges) are the
 /// planner's, as for a reloaded file.
-pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), String>> {
-    let nqn_of = |s: &str| Nqn::new(s).map_err(|e| format!("subsystem NQN {s:?}: {e}"));
+pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Refusal>> {
+    let nqn_of = |s: &str| Nqn::new(s).map_err(|e| Refusal::invalid("nqn", e));
     let r = match op {
         Op::AddSubsystem {
             nqn,
@@ -167,7 +169,7 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Stri
             model,
         } => nqn_of(nqn).and_then(|n| {
             if cfg.subsystem(&n).is_some() {
-                return Err(format!("subsystem {nqn} already exists"));
+                return Err(Refusal::exists(format!("subsystem {nqn} already exists")));
             }
             let mut s = SubsystemConfig::new(n);
             s.allow_any_host = *allow_any_host;
@@ -180,7 +182,7 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Stri
             let before = cfg.subsystems.len();
             cfg.subsystems.retain(|s| s.nqn != n);
             if cfg.subsystems.len() == before {
-                return Err(format!("no subsystem {nqn}"));
+                return Err(Refusal::not_found(format!("no subsystem {nqn}")));
             }
             for p in &mut cfg.ports {
                 p.subsystems.retain(|s| *s != n);
@@ -194,7 +196,7 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Stri
             trsvcid,
         } => {
             if cfg.port(*portid).is_some() {
-                Err(format!("port {portid} already exists"))
+                Err(Refusal::exists(format!("port {portid} already exists")))
             } else {
                 cfg.ports.push(PortConfig {
                     portid: *portid,
@@ -215,7 +217,7 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Stri
             let before = cfg.ports.len();
             cfg.ports.retain(|p| p.portid != *portid);
             if cfg.ports.len() == before {
-                Err(format!("no port {portid}"))
+                Err(Refusal::not_found(format!("no port {portid}")))
             } else {
                 Ok(())
             }
@@ -224,15 +226,19 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Stri
             let link = matches!(op, Op::LinkSubsystem { .. });
             nqn_of(nqn).and_then(|n| {
                 if cfg.subsystem(&n).is_none() {
-                    return Err(format!("no subsystem {nqn}"));
+                    return Err(Refusal::not_found(format!("no subsystem {nqn}")));
                 }
                 let Some(p) = cfg.ports.iter_mut().find(|p| p.portid == *portid) else {
-                    return Err(format!("no port {portid}"));
+                    return Err(Refusal::not_found(format!("no port {portid}")));
                 };
                 let linked = p.subsystems.contains(&n);
                 match (link, linked) {
-                    (true, true) => Err(format!("port {portid} already exports {nqn}")),
-                    (false, false) => Err(format!("port {portid} does not export {nqn}")),
+                    (true, true) => Err(Refusal::exists(format!(
+                        "port {portid} already exports {nqn}"
+                    ))),
+                    (false, false) => Err(Refusal::not_found(format!(
+                        "port {portid} does not export {nqn}"
+                    ))),
                     (true, false) => {
                         p.subsystems.push(n);
                         Ok(())

@@ -5,6 +5,7 @@
 //! reopened. Applying a plan ([`super::Live::apply`]) then only binds new listeners
 //! (undone if one fails) and swaps state in, so a refused config changes nothing.
 
+use super::refusal::Refusal;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::sync::Arc;
@@ -65,8 +66,15 @@ pub(super) fn plan(
     target: &Target,
     can_serve: CanServe<'_>,
     force_resize: &[(String, Nsid)],
-) -> Result<Plan, String> {
-    new.validate().map_err(|e| e.to_string())?;
+) -> Result<Plan, Refusal> {
+    // A rule of the configuration broken: the key path names the field.
+    new.validate().map_err(|e| {
+        if e.path.is_empty() {
+            Refusal::from(e.to_string())
+        } else {
+            Refusal::invalid(&e.path, e.message)
+        }
+    })?;
     if restart_only(old)? != restart_only(new)? {
         return Err(
             "settings other than ports and subsystems (transport tuning) changed: \
