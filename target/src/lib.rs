@@ -10,6 +10,7 @@ pub mod events;
 pub mod fastmap;
 pub mod limits;
 pub mod live;
+pub mod management;
 pub mod metrics;
 pub mod params;
 pub mod rdma;

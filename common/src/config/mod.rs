@@ -30,6 +30,7 @@ mod ana;
 mod error;
 mod hosts;
 mod locate;
+mod management;
 mod metrics;
 mod rdma;
 mod serde_util;
@@ -57,6 +58,7 @@ pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
 pub use hosts::{read_key_file, HostConfig, KeyText};
+pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
 pub use rdma::{RdmaConfig, RDMA_DEFAULT_SRQ_DEPTH, RDMA_SRQ_DEPTH_RANGE};
 pub use tcp::TcpConfig;
@@ -651,6 +653,9 @@ pub struct Config {
     /// The metrics endpoint ([`MetricsConfig`]); None: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<MetricsConfig>,
+    /// The remote management API ([`ManagementConfig`]); None: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management: Option<ManagementConfig>,
     #[serde(skip)]
     source: Option<Arc<Source>>,
 }
@@ -664,6 +669,7 @@ impl PartialEq for Config {
             && self.subsystems == other.subsystems
             && self.hosts == other.hosts
             && self.metrics == other.metrics
+            && self.management == other.management
     }
 }
 
@@ -799,6 +805,7 @@ impl Config {
             subsystems: vec![subsystem],
             hosts: Vec::new(),
             metrics: None,
+            management: None,
             source: Some(Arc::new(Source {
                 origin: COMMAND_LINE_ORIGIN.to_string(),
                 text: None,

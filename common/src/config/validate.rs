@@ -58,6 +58,7 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
         super::RDMA_SRQ_DEPTH_RANGE.1,
     );
     check_metrics(&mut c, config, &root.key("metrics"));
+    check_management(&mut c, config, &root.key("management"));
 
     check_hosts(&mut c, config, &root.key("hosts"));
     check_ana(&mut c, config);
@@ -329,6 +330,34 @@ fn check_metrics(c: &mut Checker<'_>, config: &Config, m: &KeyPath) {
                 super::METRICS_EXAMPLE_PORT
             ),
         );
+    }
+}
+
+/// `management`: an `ADDR:PORT`, the three PEM paths given, no subject in both roles.
+fn check_management(c: &mut Checker<'_>, config: &Config, m: &KeyPath) {
+    let Some(mc) = &config.management else { return };
+    if mc.socket_addr().is_none() {
+        c.err(
+            &m.key("listen"),
+            format!(
+                "{:?} is not ADDR:PORT (e.g. 0.0.0.0:{})",
+                mc.listen,
+                super::MANAGEMENT_EXAMPLE_PORT
+            ),
+        );
+    }
+    for (key, path) in [("ca", &mc.ca), ("cert", &mc.cert), ("key", &mc.key)] {
+        if path.as_os_str().is_empty() {
+            c.err(&m.key(key), "a PEM file path is required".to_string());
+        }
+    }
+    for (i, name) in mc.readers.iter().enumerate() {
+        if mc.admins.contains(name) {
+            c.err(
+                &m.key("readers").index(i),
+                format!("{name:?} is also in admins: give each subject one role"),
+            );
+        }
     }
 }
 

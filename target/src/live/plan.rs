@@ -86,6 +86,10 @@ pub(super) fn plan(
         steps: Vec::new(),
         changes: Vec::new(),
     };
+    let roles = |c: &Config| c.management.as_ref().map(|m| (m.admins.clone(), m.readers.clone()));
+    if roles(old) != roles(new) {
+        p.changes.push("management API roles changed".into());
+    }
     plan_ports(old, new, can_serve, &mut p)?;
     for s in &old.subsystems {
         if new.subsystem(&s.nqn).is_none() {
@@ -125,6 +129,11 @@ fn restart_only(c: &Config) -> Result<String, String> {
     c.ports.clear();
     c.subsystems.clear();
     c.hosts.clear();
+    // Who may call the management API applies live; where it listens, at start.
+    if let Some(m) = &mut c.management {
+        m.admins.clear();
+        m.readers.clear();
+    }
     c.to_yaml().map_err(|e| e.to_string())
 }
 
