@@ -8,10 +8,15 @@
 //! Ordering: a queue checks [`Controller::is_dead`] before executing anything; once a
 //! controller is dead (keep-alive expired, fatal error, host disconnect), its queues
 //! fail new commands and tear down.
+//!
+//! Events: a controller whose Connect succeeded is announced
+//! ([`Controller::announce`]: HostConnected); its end is announced once, by whoever
+//! makes it dead ([`Controller::fatal`], [`Controller::release`]) or, for one dropped
+//! while alive (its queues went away without ending it), by its `Drop`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -23,6 +28,7 @@ use nvmf_common::wire::fabrics::{shn, shst, Cc, Csts};
 use nvmf_common::wire::log::lid;
 use nvmf_common::wire::status::Status;
 
+use crate::events::{EventBus, TargetEvent};
 use crate::params::{PortInfo, TargetParams};
 use crate::subsystem::{Subsystem, MAX_NAMESPACES};
 
@@ -97,6 +103,9 @@ pub struct Controller {
     /// The DH-HMAC-CHAP policy its queues must satisfy (None: no authentication).
     /// Read again from the target's hosts when the admin queue re-authenticates.
     auth: Mutex<Option<Arc<nvmf_common::auth::AuthPolicy>>>,
+    /// The bus the controller was announced on; its end is announced there too.
+    /// Unset: never announced (so its end is not either).
+    events: OnceLock<EventBus>,
     inner: Mutex<Inner>,
 }
 
@@ -125,6 +134,7 @@ impl Controller {
             events_ready: AtomicBool::new(false),
             write_cache_enabled: AtomicBool::new(true),
             auth: Mutex::new(None),
+            events: OnceLock::new(),
             inner: Mutex::new(Inner {
                 cc: Cc(0),
                 csts: Csts(0),
@@ -181,6 +191,7 @@ impl Controller {
             self.ready.store(false, Ordering::Release);
             drop(g);
             self.subsys.unregister_controller(self.cntlid);
+            self.announce_end();
         }
     }
 
@@ -190,6 +201,34 @@ impl Controller {
             info!(cntlid = %self.cntlid, subnqn = %self.subsys.nqn, host = %self.hostnqn, "controller released");
             self.ready.store(false, Ordering::Release);
             self.subsys.unregister_controller(self.cntlid);
+            self.announce_end();
+        }
+    }
+
+    /// Announces the controller (HostConnected) on `events` once its admin-queue
+    /// Connect succeeded; its end will be announced there as well. Call it before the
+    /// controller is registered, so that nothing can end it before it is announced.
+    pub fn announce(&self, events: &EventBus) {
+        if self.events.set(events.clone()).is_ok() {
+            events.emit(TargetEvent::HostConnected {
+                subsystem: self.subsys.nqn.to_string(),
+                host: self.hostnqn.to_string(),
+                cntlid: self.cntlid.0,
+                portid: self.port.portid,
+            });
+        }
+    }
+
+    /// HostDisconnected, if the controller was announced. Callers run it once: on the
+    /// transition to dead.
+    fn announce_end(&self) {
+        if let Some(events) = self.events.get() {
+            events.emit(TargetEvent::HostDisconnected {
+                subsystem: self.subsys.nqn.to_string(),
+                host: self.hostnqn.to_string(),
+                cntlid: self.cntlid.0,
+                portid: self.port.portid,
+            });
         }
     }
 
@@ -534,5 +573,10 @@ pub const IOCQES: u8 = 4;
 impl Drop for Controller {
     fn drop(&mut self) {
         self.subsys.unregister_controller(self.cntlid);
+        // Dropped while alive (no fatal or release ran, e.g. the poll groups stopped
+        // with its queues): this is its end.
+        if !std::mem::replace(self.dead.get_mut(), true) {
+            self.announce_end();
+        }
     }
 }

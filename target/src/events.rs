@@ -71,7 +71,9 @@ pub struct Stamped {
     pub event: TargetEvent,
 }
 
-/// The target's event fan-out.
+/// The target's event fan-out. A clone is a handle on the same bus (a controller
+/// keeps one to announce its own end).
+#[derive(Clone)]
 pub struct EventBus {
     tx: broadcast::Sender<Stamped>,
 }

@@ -356,7 +356,8 @@ impl Target {
     }
 
     /// Applies port `p`'s ANA states; controllers connected through it that changed
-    /// get an ANA change notice. Returns what changed, for the log.
+    /// get an ANA change notice, and event subscribers one AnaChanged per group that
+    /// changed. Returns what changed, for the log.
     pub fn apply_ana(&self, p: &PortConfig) -> Vec<String> {
         let changed = self.ana.for_port(p.portid).0.apply(&p.ana_groups);
         if changed.is_empty() {
@@ -369,10 +370,16 @@ impl Target {
                 }
             }
         }
-        changed
-            .into_iter()
-            .map(|(g, st)| format!("port {}: ANA group {g} is {st}", p.portid))
-            .collect()
+        let mut lines = Vec::with_capacity(changed.len());
+        for (grpid, state) in changed {
+            self.events.emit(crate::events::TargetEvent::AnaChanged {
+                portid: p.portid,
+                grpid,
+                state,
+            });
+            lines.push(format!("port {}: ANA group {grpid} is {state}", p.portid));
+        }
+        lines
     }
 }
 

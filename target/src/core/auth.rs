@@ -137,9 +137,7 @@ pub(super) fn send(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Res
                 %qid, cntlid = %ctrl.cntlid, host = %ctrl.hostnqn,
                 "host abandoned DH-HMAC-CHAP (AUTH_Failure2: {reason})"
             );
-            ex.target
-                .metrics
-                .event(crate::metrics::Event::AuthFailed, &ctrl);
+            failed(ex, &ctrl);
         }
     }
     after(q, &ctrl, ex.now);
@@ -157,9 +155,7 @@ pub(super) fn receive(q: &mut QueueCtx, ex: &ExecCtx, req: &mut Request) -> Resu
             req.write_data(0, &bytes);
             if let ReceiveEvent::Failure1 { reason } = ev {
                 warn!(qid = %q.qid, cntlid = %ctrl.cntlid, host = %ctrl.hostnqn, "AUTH_Failure1 sent: {reason}");
-                ex.target
-                    .metrics
-                    .event(crate::metrics::Event::AuthFailed, &ctrl);
+                failed(ex, &ctrl);
             }
         }
         Err(e @ ReceiveError::TooSmall { .. }) => {
@@ -169,6 +165,21 @@ pub(super) fn receive(q: &mut QueueCtx, ex: &ExecCtx, req: &mut Request) -> Resu
     }
     after(q, &ctrl, ex.now);
     Ok(())
+}
+
+/// A failed exchange (either side refused the other): counted, and announced to
+/// event subscribers.
+fn failed(ex: &ExecCtx, ctrl: &Controller) {
+    ex.target
+        .metrics
+        .event(crate::metrics::Event::AuthFailed, ctrl);
+    ex.target
+        .events
+        .emit(crate::events::TargetEvent::AuthenticationFailed {
+            subsystem: ctrl.subsys.nqn.to_string(),
+            host: ctrl.hostnqn.to_string(),
+            portid: ctrl.port.portid,
+        });
 }
 
 /// Re-arms or clears the deadline: the transaction's, or the short one after which a

@@ -221,6 +221,9 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
             params,
             q.port.clone(),
         );
+        // Nothing below fails: the controller exists. Announced before it is
+        // registered, so nothing ends it (HostDisconnected) before that.
+        ctrl.announce(&ex.target.events);
         subsys.register_controller(&ctrl);
         ctrl.set_auth_policy(ex.target.hosts.policy_for(&subsys, &hostnqn));
         info!(%subnqn, %hostnqn, cntlid = %id, kato_ms, sqsize, "admin queue connected");

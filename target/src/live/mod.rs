@@ -320,9 +320,13 @@ impl Live {
     }
 
     /// Applies the infallible steps: new subsystems first (ports may link them), then
-    /// ports, namespaces and hosts, and removed subsystems last.
+    /// ports, namespaces and hosts, and removed subsystems last. Then every namespace
+    /// added, removed (alone or with its subsystem), resized or reconfigured is
+    /// announced.
     fn swap_in(&self, steps: Vec<Step>) {
+        use crate::events::NamespaceChange::{Added, Removed};
         let t = &self.target;
+        let mut events = Vec::new();
         let (mut first, mut rest, mut last) = (Vec::new(), Vec::new(), Vec::new());
         for s in steps {
             match s {
@@ -333,9 +337,18 @@ impl Live {
         }
         for step in first.into_iter().chain(rest).chain(last) {
             match step {
-                Step::AddSubsystem(sub) => t.add_subsystem(sub),
+                Step::AddSubsystem(sub) => {
+                    for n in sub.active_nsids() {
+                        events.push(plan::ns_event(sub.nqn.as_str(), Nsid(n), Added));
+                    }
+                    t.add_subsystem(sub);
+                }
                 Step::RemoveSubsystem(nqn) => {
-                    t.remove_subsystem(&nqn);
+                    if let Some(sub) = t.remove_subsystem(&nqn) {
+                        for n in sub.active_nsids() {
+                            events.push(plan::ns_event(&nqn, Nsid(n), Removed));
+                        }
+                    }
                 }
                 Step::RemovePort(id) => {
                     t.remove_port(id);
@@ -371,24 +384,33 @@ impl Live {
                 }
                 Step::AddNamespace { nqn, ns } => {
                     if let Some(sub) = t.subsystem_by_name(&nqn) {
-                        if let Err(e) = sub.add_namespace(ns) {
-                            warn!("{e}");
+                        let nsid = ns.nsid;
+                        match sub.add_namespace(ns) {
+                            Ok(()) => events.push(plan::ns_event(&nqn, nsid, Added)),
+                            Err(e) => warn!("{e}"),
                         }
                     }
                 }
                 Step::RemoveNamespace { nqn, nsid } => {
                     if let Some(sub) = t.subsystem_by_name(&nqn) {
-                        sub.remove_namespace(nsid);
+                        if sub.remove_namespace(nsid).is_some() {
+                            events.push(plan::ns_event(&nqn, nsid, Removed));
+                        }
                     }
                 }
-                Step::ReplaceNamespace { nqn, ns } => {
+                Step::ReplaceNamespace { nqn, ns, change } => {
                     if let Some(sub) = t.subsystem_by_name(&nqn) {
-                        if let Err(e) = sub.replace_namespace(ns) {
-                            warn!("{e}");
+                        let nsid = ns.nsid;
+                        match sub.replace_namespace(ns) {
+                            Ok(_) => events.push(plan::ns_event(&nqn, nsid, change)),
+                            Err(e) => warn!("{e}"),
                         }
                     }
                 }
             }
+        }
+        for e in events {
+            t.events.emit(e);
         }
     }
 

@@ -14,6 +14,7 @@ use nvmf_common::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, 
 use nvmf_common::types::{Nqn, Nsid};
 
 use crate::backend::spec::NamespaceSpec;
+use crate::events::{NamespaceChange, TargetEvent};
 use crate::subsystem::{Namespace, Subsystem};
 use crate::target::{build_namespace, build_subsystem, subsystem_params, Target};
 
@@ -42,11 +43,21 @@ pub(super) enum Step {
         nqn: String,
         nsid: Nsid,
     },
-    /// Reconfigured or resized: swapped in one step.
+    /// Reconfigured or resized (`change` says which): swapped in one step.
     ReplaceNamespace {
         nqn: String,
         ns: Namespace,
+        change: NamespaceChange,
     },
+}
+
+/// The event announcing that namespace `nsid` of subsystem `nqn` changed.
+pub(super) fn ns_event(nqn: &str, nsid: Nsid, change: NamespaceChange) -> TargetEvent {
+    TargetEvent::NamespaceChanged {
+        subsystem: nqn.to_string(),
+        nsid: nsid.0,
+        change,
+    }
 }
 
 /// Steps and their human descriptions (what `ctl` and the SIGHUP log report).
@@ -113,7 +124,7 @@ pub(super) fn plan(
     }
     for (nqn, nsid) in force_resize {
         let listed = p.steps.iter().any(
-            |s| matches!(s, Step::ReplaceNamespace { nqn: n, ns } if n == nqn && ns.nsid == *nsid),
+            |s| matches!(s, Step::ReplaceNamespace { nqn: n, ns, .. } if n == nqn && ns.nsid == *nsid),
         );
         if !listed {
             p.changes
@@ -298,6 +309,7 @@ fn plan_subsystem(
                 p.steps.push(Step::ReplaceNamespace {
                     nqn: nqn.clone(),
                     ns,
+                    change: NamespaceChange::Reconfigured,
                 });
             }
             Some(_) => {
@@ -329,6 +341,7 @@ fn plan_subsystem(
                 p.steps.push(Step::ReplaceNamespace {
                     nqn: nqn.clone(),
                     ns,
+                    change: NamespaceChange::Resized,
                 });
             }
         }
