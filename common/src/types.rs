@@ -8,6 +8,12 @@ use std::fmt;
 /// Maximum length of an NQN in bytes, excluding the NUL terminator (NVMe Base 4.5).
 pub const NQN_MAX_LEN: usize = 223;
 
+/// Shortest well-formed NQN: `nqn.` and a `yyyy-mm.` date and at least one more byte.
+pub const NQN_MIN_LEN: usize = 11;
+
+/// Prefix of the NQNs made from a UUID (NVMe Base 4.5 section 4.7).
+pub const NQN_UUID_PREFIX: &str = "nqn.2014-08.org.nvmexpress:uuid:";
+
 /// The well-known NQN of the discovery subsystem.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 
@@ -84,6 +90,48 @@ impl Nqn {
 
     pub fn is_discovery(&self) -> bool {
         self.0 == DISCOVERY_NQN
+    }
+
+    /// Whether the NQN has the form NVMe Base 4.5 section 4.7 gives (as SPDK's
+    /// `nvmf_nqn_is_valid` checks a subsystem's): `nqn.yyyy-mm.reverse.domain:anything`,
+    /// or `nqn.2014-08.org.nvmexpress:uuid:` and a UUID, or the discovery NQN. The Linux
+    /// target takes any string; names it takes and SPDK refuses are refused for the
+    /// subsystems we create. Hosts' NQNs are not checked (peers send what they send).
+    pub fn check_format(&self) -> Result<(), String> {
+        let s = self.0.as_str();
+        if s == DISCOVERY_NQN {
+            return Ok(());
+        }
+        if s.len() < NQN_MIN_LEN {
+            return Err(format!("{s:?} is shorter than {NQN_MIN_LEN} bytes"));
+        }
+        if let Some(u) = s.strip_prefix(NQN_UUID_PREFIX) {
+            return uuid::Uuid::try_parse(u).map(|_| ()).map_err(|e| {
+                format!("{s:?}: the part after {NQN_UUID_PREFIX:?} is not a UUID: {e}")
+            });
+        }
+        let form = || format!("{s:?} is not of the form nqn.yyyy-mm.reverse.domain:name");
+        let rest = s.strip_prefix("nqn.").ok_or_else(form)?;
+        let date = rest.get(..8).ok_or_else(form)?.as_bytes();
+        let date_ok = date.iter().enumerate().all(|(i, b)| match i {
+            4 => *b == b'-',
+            7 => *b == b'.',
+            _ => b.is_ascii_digit(),
+        });
+        let (domain, _name) = rest
+            .get(8..)
+            .and_then(|r| r.split_once(':'))
+            .ok_or_else(form)?;
+        let label_ok = |l: &str| {
+            (1..=63).contains(&l.len())
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if !date_ok || domain.is_empty() || !domain.split('.').all(label_ok) {
+            return Err(form());
+        }
+        Ok(())
     }
 
     /// Writes the NQN NUL-padded into a wire field; the field must be longer than the NQN.
@@ -206,5 +254,32 @@ mod tests {
         long[250] = 0;
         assert_eq!(Nqn::from_wire(&long), Err(NqnError::TooLong(250)));
         assert_eq!(Nqn::from_wire(&[0u8; 256]), Err(NqnError::Empty));
+    }
+
+    #[test]
+    fn subsystem_nqn_format_is_spdks() {
+        let ok = |s: &str| {
+            Nqn::new(s)
+                .map(|n| n.check_format().is_ok())
+                .unwrap_or(false)
+        };
+        assert!(ok("nqn.2024-01.io.example:disk"));
+        assert!(ok("nqn.2016-06.io.spdk:cnode1"));
+        assert!(ok(
+            "nqn.2014-08.org.nvmexpress:uuid:4e0b6d5e-2ab5-4b9e-a2b7-5f3d8f3f2a10"
+        ));
+        assert!(ok(DISCOVERY_NQN));
+        for bad in [
+            "not an nqn",
+            "nqn.2024-1.io.example:x",
+            "nqn.2024-01.io.example",
+            "nqn.2024-01.-io.example:x",
+            "nqn.2024-01.io..example:x",
+            "nqn.2024-01.:x",
+            "nqn.2014-08.org.nvmexpress:uuid:not-a-uuid",
+            "nqn.20",
+        ] {
+            assert!(!ok(bad), "{bad} accepted");
+        }
     }
 }

@@ -19,6 +19,7 @@ use nvmf_target::live::ctl::{self, CtlServer};
 use nvmf_target::live::hooks::TcpPorts;
 use nvmf_target::live::rdma_hooks::{RdmaPorts, TransportPorts};
 use nvmf_target::live::Live;
+use nvmf_target::management::ManagementServer;
 use nvmf_target::metrics::http::{MetricsServer, METRICS_PATH};
 use nvmf_target::params::PortInfo;
 use nvmf_target::rdma::{listen_addr, DevicePorts, RdmaServer};
@@ -61,11 +62,14 @@ struct Cli {
 enum Cmd {
     /// Validate a configuration file without starting.
     CheckConfig { file: PathBuf },
-    /// Change or inspect a running target through its admin socket.
+    /// Change or inspect a running target through its admin socket, or a remote
+    /// one through its management API (--server, with a client certificate).
     Ctl {
         /// The running target's admin socket.
         #[arg(long, default_value = ctl::DEFAULT_SOCKET)]
         socket: PathBuf,
+        #[command(flatten)]
+        remote: Box<nvmf_target::management::client::RemoteArgs>,
         #[command(subcommand)]
         op: ctl::CtlCommand,
     },
@@ -138,8 +142,15 @@ fn build_config(cli: &Cli) -> Result<Config, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(&cli.log_format);
-    if let Some(Cmd::Ctl { socket, op }) = &cli.cmd {
-        return if ctl::run_client(socket, op) {
+    if let Some(Cmd::Ctl { socket, remote, op }) = &cli.cmd {
+        let mut target = match ctl::Endpoint::new(socket, remote) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("nvmf-target: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return if ctl::run_client(&mut target, op) {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -346,6 +357,15 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
         None => None,
     };
     let live = Live::new(target.clone(), cfg.clone(), hooks, config_path);
+    // Like the metrics endpoint: asked for, so a failure to serve it stops startup.
+    let management = match cfg.management.as_ref() {
+        Some(m) => {
+            let s = ManagementServer::start(live.clone(), m)?;
+            println!("management API at {} (gRPC, mutual TLS)", s.local_addr());
+            Some(s)
+        }
+        None => None,
+    };
     let ctl_server = match CtlServer::start(live.clone(), ctl_socket) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -362,6 +382,7 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
     }
     info!("shutting down: no new connections; finishing commands in flight");
     drop(ctl_server);
+    drop(management);
     drop(metrics);
     rdma_ports.shutdown();
     tcp_ports.shutdown();

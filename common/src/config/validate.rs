@@ -503,13 +503,8 @@ fn check_subsystem(c: &mut Checker<'_>, config: &Config, sub: &SubsystemConfig, 
             &s.key("nqn"),
             format!("{DISCOVERY_NQN} is the discovery subsystem, which is built in and cannot be configured"),
         );
-    } else if !sub.nqn.as_str().starts_with("nqn.") {
-        tracing::warn!(
-            origin = c.origin,
-            "subsystems {}: NQN {} does not start with \"nqn.\"",
-            s,
-            sub.nqn
-        );
+    } else if let Err(e) = sub.nqn.check_format() {
+        c.err(&s.key("nqn"), e);
     }
     if let Some(serial) = &sub.serial {
         check_text(c, &s.key("serial"), serial, SERIAL_MAX_LEN);

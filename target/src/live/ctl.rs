@@ -266,7 +266,7 @@ pub fn parse_request(line: &str) -> Result<Request, serde_json::Error> {
 
 /// `req` as the log shows it: the value of a secret Ceph option (refused anyway) is
 /// replaced, so a mistaken `--ceph-option key=...` never reaches the log.
-fn loggable(req: &Request) -> std::borrow::Cow<'_, Request> {
+pub(crate) fn loggable(req: &Request) -> std::borrow::Cow<'_, Request> {
     use nvmf_common::config::SECRET_CEPH_OPTIONS;
     match req {
         Request::Change(Op::AddNs { ceph_options, .. })
@@ -285,6 +285,36 @@ fn loggable(req: &Request) -> std::borrow::Cow<'_, Request> {
             std::borrow::Cow::Owned(shown)
         }
         _ => std::borrow::Cow::Borrowed(req),
+    }
+}
+
+/// Where `ctl` sends its requests: the local admin socket or a remote target's
+/// management API (`--server`).
+pub enum Endpoint {
+    Socket(PathBuf),
+    Remote(Box<crate::management::client::Remote>),
+}
+
+impl Endpoint {
+    /// The socket at `socket`, or the API when `remote.server` is set (connected now).
+    pub fn new(
+        socket: &Path,
+        remote: &crate::management::client::RemoteArgs,
+    ) -> Result<Endpoint, String> {
+        match remote.server {
+            Some(_) => Ok(Endpoint::Remote(Box::new(
+                crate::management::client::Remote::connect(remote)?,
+            ))),
+            None => Ok(Endpoint::Socket(socket.to_path_buf())),
+        }
+    }
+
+    /// Sends one request and returns the answer.
+    pub fn request(&mut self, req: &Request) -> Result<Response, String> {
+        match self {
+            Endpoint::Socket(path) => request(path, req),
+            Endpoint::Remote(r) => r.request(req),
+        }
     }
 }
 
@@ -343,11 +373,10 @@ impl CtlCommand {
     }
 }
 
-/// Runs `cmd` against the target at `path`, prints the outcome; returns whether it
-/// succeeded.
-pub fn run_client(path: &Path, cmd: &CtlCommand) -> bool {
+/// Runs `cmd` against `target`, prints the outcome; returns whether it succeeded.
+pub fn run_client(target: &mut Endpoint, cmd: &CtlCommand) -> bool {
     if let CtlCommand::Top(args) = cmd {
-        return match super::top::run(path, args) {
+        return match super::top::run(target, args) {
             Ok(()) => true,
             Err(e) => {
                 eprintln!("nvmf-target: {e}");
@@ -355,7 +384,7 @@ pub fn run_client(path: &Path, cmd: &CtlCommand) -> bool {
             }
         };
     }
-    match request(path, &cmd.request()) {
+    match target.request(&cmd.request()) {
         Ok(resp) if resp.ok => {
             match (&resp.status, cmd) {
                 (Some(s), CtlCommand::Status { json: true }) => {

@@ -168,6 +168,7 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Refu
             serial,
             model,
         } => nqn_of(nqn).and_then(|n| {
+            n.check_format().map_err(|e| Refusal::invalid("nqn", e))?;
             if cfg.subsystem(&n).is_some() {
                 return Err(Refusal::exists(format!("subsystem {nqn} already exists")));
             }

@@ -97,7 +97,11 @@ pub(super) fn plan(
         steps: Vec::new(),
         changes: Vec::new(),
     };
-    let roles = |c: &Config| c.management.as_ref().map(|m| (m.admins.clone(), m.readers.clone()));
+    let roles = |c: &Config| {
+        c.management
+            .as_ref()
+            .map(|m| (m.admins.clone(), m.readers.clone()))
+    };
     if roles(old) != roles(new) {
         p.changes.push("management API roles changed".into());
     }

@@ -12,13 +12,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
 
-use super::ctl::{request, Request};
+use super::ctl::{Endpoint, Request};
 use crate::metrics::cell::{ClassSnapshot, CLASS_OTHER, CLASS_READ, CLASS_WRITE};
 use crate::metrics::Snapshot;
 
@@ -256,8 +255,8 @@ pub fn render(prev: &Snapshot, cur: &Snapshot) -> String {
     out
 }
 
-fn fetch(path: &Path) -> Result<Snapshot, String> {
-    let resp = request(path, &Request::Metrics)?;
+fn fetch(target: &mut Endpoint) -> Result<Snapshot, String> {
+    let resp = target.request(&Request::Metrics)?;
     match (resp.ok, resp.metrics) {
         (true, Some(m)) => Ok(m),
         (_, _) => Err(resp
@@ -376,14 +375,14 @@ fn quit_requested(d: Duration) -> bool {
     }
 }
 
-/// Runs the view against the target at `path`.
-pub fn run(path: &Path, args: &TopArgs) -> Result<(), String> {
+/// Runs the view against `target`.
+pub fn run(target: &mut Endpoint, args: &TopArgs) -> Result<(), String> {
     if !args.interval.is_finite() || args.interval < MIN_INTERVAL {
         return Err(format!("--interval must be at least {MIN_INTERVAL} s"));
     }
     let interval = Duration::from_secs_f64(args.interval);
     let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    let mut prev = fetch(path)?;
+    let mut prev = fetch(target)?;
     let mut done = 0u64;
     let guard = if tty { Some(TermGuard::enter()?) } else { None };
     if guard.is_some() {
@@ -404,7 +403,7 @@ pub fn run(path: &Path, args: &TopArgs) -> Result<(), String> {
         } else {
             std::thread::sleep(interval);
         }
-        let cur = fetch(path)?;
+        let cur = fetch(target)?;
         let screen = render(&prev, &cur);
         let mut o = std::io::stdout();
         let written = if guard.is_some() {

@@ -111,7 +111,11 @@ pub fn add_namespace(r: pb::AddNamespaceRequest) -> Result<Op, Status> {
     Ok(Op::AddNs {
         nqn: nqn("subsystem_nqn", &r.subsystem_nqn)?,
         device_path: r.device_path,
-        nsid: if r.nsid == 0 { None } else { Some(nsid(r.nsid)?) },
+        nsid: if r.nsid == 0 {
+            None
+        } else {
+            Some(nsid(r.nsid)?)
+        },
         ceph_conf: given(r.ceph_conf).map(PathBuf::from),
         client_id: given(r.client_id),
         keyring: given(r.keyring).map(PathBuf::from),
@@ -134,6 +138,11 @@ pub fn resize_namespace(r: pb::NamespaceRef) -> Result<Op, Status> {
 }
 
 pub fn add_subsystem(r: pb::AddSubsystemRequest) -> Result<Op, Status> {
+    // A new subsystem's NQN must be well formed (references need only name one).
+    Nqn::new(r.subsystem_nqn.as_str())
+        .map_err(|e| e.to_string())
+        .and_then(|n| n.check_format())
+        .map_err(|e| invalid("subsystem_nqn", e))?;
     Ok(Op::AddSubsystem {
         nqn: nqn("subsystem_nqn", &r.subsystem_nqn)?,
         allow_any_host: r.allow_any_host,
@@ -368,7 +377,11 @@ pub fn status_reply(v: &StatusView) -> Result<pb::StatusReply, Status> {
                         block_size: n.block_size,
                     })
                     .collect(),
-                controllers: s.controllers.iter().map(|c| connection(&s.nqn, c)).collect(),
+                controllers: s
+                    .controllers
+                    .iter()
+                    .map(|c| connection(&s.nqn, c))
+                    .collect(),
             })
             .collect(),
         view_json: serde_json::to_string(v).map_err(|e| Status::internal(e.to_string()))?,
@@ -395,9 +408,8 @@ pub fn connections(v: &StatusView, discovery_nqn: &str, subsystem: &str) -> Vec<
 
 /// Per-namespace counters from the metrics cells (hosts and poll groups summed).
 pub fn namespace_stats(s: &Snapshot, subsystem: &str, nsid: u32) -> Vec<pb::NamespaceStats> {
-    let wanted = |sub: &str, n: u32| {
-        (subsystem.is_empty() || sub == subsystem) && (nsid == 0 || n == nsid)
-    };
+    let wanted =
+        |sub: &str, n: u32| (subsystem.is_empty() || sub == subsystem) && (nsid == 0 || n == nsid);
     let mut by_ns: BTreeMap<(String, u32), pb::NamespaceStats> = s
         .namespaces
         .iter()

@@ -88,7 +88,9 @@ impl Service {
     ) -> Result<Response<pb::ChangeReply>, Status> {
         let client = self.authorize(&req, ManagementRole::Admin)?;
         let op = to_op(req.into_inner())?;
-        info!(%client, ?op, "management API change");
+        let shown =
+            crate::live::ctl::loggable(&crate::live::ctl::Request::Change(op.clone())).into_owned();
+        info!(%client, req = ?shown, "management API change");
         let live = self.live.clone();
         let r = tokio::task::spawn_blocking(move || live.execute(&op))
             .await
