@@ -5,8 +5,6 @@
 //! the file stay as they were. Needs root for the full file system (a small tmpfs),
 //! as CI runs.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
@@ -14,6 +12,10 @@ use nvmf_initiator::namespace::NsIo;
 use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{connect_as, free_port, start_live, tmp_path};
 use nvmf_tests::pattern;
+
+#[path = "../target/tests/support/tmpfs.rs"]
+mod tmpfs;
+use tmpfs::{fill, Tmpfs};
 
 const SUB: &str = "nqn.2026-11.io.example:durable";
 const NS_BYTES: usize = 4 << 20;
@@ -108,51 +110,9 @@ fn a_live_namespace_keeps_identity_and_host_io_across_reload_and_restart() {
     }
 }
 
-/// A small tmpfs, unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn new(bytes: u64) -> Tmpfs {
-        let dir = tmp_path("durable-tmpfs");
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "mount tmpfs on {} (needs root, as CI runs)",
-            dir.display()
-        );
-        Tmpfs(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// Fills the file system holding `dir` (a filler file as large as it gets).
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let filler = dir.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap_or_else(|e| panic!("{e}"));
-    let block = vec![0xAAu8; 4096];
-    while f.write_all(&block).is_ok() {}
-    filler
-}
-
 #[test]
 fn a_change_that_cannot_be_saved_is_refused_and_changes_nothing() {
-    let fs = Tmpfs::new(256 * 1024);
+    let fs = Tmpfs::new(tmp_path("durable-tmpfs"), 256 * 1024);
     let port = free_port();
     let path = fs.path("target.yaml");
     std::fs::write(&path, yaml(port)).unwrap_or_else(|e| panic!("{e}"));

@@ -4,13 +4,12 @@
 //! export` prints a configuration that starts the same target; a hand edit made
 //! meanwhile is never undone by a live change (the change is refused until a reload).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[path = "support/service.rs"]
 mod service;
-use service::{bin, ctl, free_port, signal, wait_status};
+use service::{ctl, free_port, signal, start, stop};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:durable";
 
@@ -24,32 +23,6 @@ fn config(port: u16, namespaces: &str) -> String {
          ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: {port}, subsystems: [{SUB}] }}\n\
          subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n    namespaces:\n{namespaces}"
     )
-}
-
-fn start(cfg: &Path, sock: &Path) -> Child {
-    let child = bin()
-        .arg("--config")
-        .arg(cfg)
-        .arg("--ctl-socket")
-        .arg(sock)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
-    wait_status(sock, "the target answers", |s| s.contains(SUB));
-    child
-}
-
-fn stop(mut child: Child, sig: nix::sys::signal::Signal) {
-    signal(&child, sig);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().ok().flatten().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the target did not exit on {sig}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn has_ns(status: &str, nsid: u32, path: &str) -> bool {
@@ -70,7 +43,7 @@ fn a_live_namespace_survives_reload_sighup_sigterm_and_sigkill() {
         config(port, "      - { nsid: 1, device_path: \"ram:8M\" }\n"),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
 
     // Added live: in the file when ctl returns.
     let (ok, out) = ctl(&sock, &["add-ns", SUB, &img_s, "--nsid", "2"]);
@@ -97,11 +70,11 @@ fn a_live_namespace_survives_reload_sighup_sigterm_and_sigkill() {
 
     // SIGTERM + start, then SIGKILL + start.
     stop(child, Signal::SIGTERM);
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
     assert!(has_ns(&ctl(&sock, &["status"]).1, 2, &img_s));
     stop(child, Signal::SIGKILL);
     let _ = std::fs::remove_file(&sock);
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
     let s = ctl(&sock, &["status"]).1;
     assert!(has_ns(&s, 1, "ram:8M") && has_ns(&s, 2, &img_s), "{s}");
 
@@ -130,7 +103,7 @@ fn a_live_namespace_survives_reload_sighup_sigterm_and_sigkill() {
     assert!(has_ns(&s, 3, "ram:4M") && has_ns(&s, 4, "ram:2M"), "{s}");
     stop(child, Signal::SIGKILL);
     let _ = std::fs::remove_file(&sock);
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
     let s = ctl(&sock, &["status"]).1;
     for (nsid, path) in [
         (1, "ram:8M"),

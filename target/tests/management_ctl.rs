@@ -5,12 +5,15 @@
 //! file system: root, as CI runs) refused with the running state unchanged.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 #[path = "support/service.rs"]
 mod service;
-use service::{bin, ctl, free_port, signal, wait_status};
+use service::{bin, ctl, free_port, output, start, stop};
+
+#[path = "support/tmpfs.rs"]
+mod tmpfs;
+use tmpfs::{fill, Tmpfs};
 
 const SUB: &str = "nqn.2026-11.io.example:remote";
 
@@ -51,25 +54,19 @@ impl Remote {
     /// `nvmf-target ctl --server ... ARGS` as `who` (admin, reader): success, output.
     fn ctl_as(&self, who: &str, args: &[&str]) -> (bool, String) {
         let c = |f: String| self.certs.join(f);
-        let out = bin()
-            .arg("ctl")
-            .arg("--server")
-            .arg(format!("127.0.0.1:{}", self.api))
-            .arg("--ca")
-            .arg(c("ca.pem".into()))
-            .arg("--cert")
-            .arg(c(format!("{who}.pem")))
-            .arg("--key")
-            .arg(c(format!("{who}.key")))
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        output(
+            bin()
+                .arg("ctl")
+                .arg("--server")
+                .arg(format!("127.0.0.1:{}", self.api))
+                .arg("--ca")
+                .arg(c("ca.pem".into()))
+                .arg("--cert")
+                .arg(c(format!("{who}.pem")))
+                .arg("--key")
+                .arg(c(format!("{who}.key")))
+                .args(args),
+        )
     }
 
     fn api(&self, args: &[&str]) -> (bool, String) {
@@ -78,29 +75,6 @@ impl Remote {
 
     fn socket(&self, args: &[&str]) -> (bool, String) {
         ctl(&self.sock, args)
-    }
-}
-
-fn start(cfg: &Path, sock: &Path) -> Child {
-    let child = bin()
-        .arg("--config")
-        .arg(cfg)
-        .arg("--ctl-socket")
-        .arg(sock)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn: {e}"));
-    wait_status(sock, "the target answers", |s| s.contains(SUB));
-    child
-}
-
-fn stop(mut child: Child, sig: nix::sys::signal::Signal) {
-    signal(&child, sig);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().ok().flatten().is_none() {
-        assert!(Instant::now() < deadline, "no exit on {sig}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -126,7 +100,7 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
         certs: certs.clone(),
     };
     std::fs::write(&cfg, config(free_port(), r.api, &certs)).unwrap_or_else(|e| panic!("{e}"));
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
 
     // Queries: the same text.
     for args in [&["export"][..], &["status"], &["status", "--json"]] {
@@ -174,7 +148,7 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
     assert!(ok, "{out}");
     stop(child, Signal::SIGKILL);
     let _ = std::fs::remove_file(&sock);
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
     let (ok, s) = r.api(&["status"]);
     assert!(ok, "{s}");
     for (nsid, path) in [(1, "ram:8M"), (2, "ram:4M"), (3, "ram:2M")] {
@@ -201,41 +175,12 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
     let _ = std::fs::remove_dir_all(&certs);
 }
 
-/// A small tmpfs, unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn new(bytes: u64) -> Tmpfs {
-        let dir = tmp("tmpfs");
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "mount tmpfs on {} (needs root, as CI runs)",
-            dir.display()
-        );
-        Tmpfs(dir)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 #[test]
 fn an_api_change_that_cannot_be_saved_is_refused_and_changes_nothing() {
-    use std::io::Write;
-    let fs = Tmpfs::new(256 * 1024);
+    let fs = Tmpfs::new(tmp("tmpfs"), 256 * 1024);
     let certs = tmp("certs-full");
     make_certs(&certs);
-    let cfg = fs.0.join("target.yaml");
+    let cfg = fs.path("target.yaml");
     let sock = tmp("full.sock");
     let r = Remote {
         sock: sock.clone(),
@@ -243,14 +188,9 @@ fn an_api_change_that_cannot_be_saved_is_refused_and_changes_nothing() {
         certs: certs.clone(),
     };
     std::fs::write(&cfg, config(free_port(), r.api, &certs)).unwrap_or_else(|e| panic!("{e}"));
-    let child = start(&cfg, &sock);
+    let child = start(&cfg, &sock, SUB);
     let before = std::fs::read(&cfg).unwrap_or_else(|e| panic!("{e}"));
-    // Fill the file system holding the configuration.
-    let filler = fs.0.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap_or_else(|e| panic!("{e}"));
-    let block = vec![0xAAu8; 4096];
-    while f.write_all(&block).is_ok() {}
-    drop(f);
+    let filler = fill(&fs.0);
 
     let (ok, out) = r.api(&["add-ns", SUB, "ram:1M", "--nsid", "2"]);
     assert!(

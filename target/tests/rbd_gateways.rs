@@ -16,7 +16,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,9 +69,9 @@ const CTRL_LOSS_TMO: Duration = Duration::from_secs(120);
 /// How far into a run each event happens.
 const EVENT_AFTER: Duration = Duration::from_millis(500);
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nvmf-target"))
-}
+#[path = "support/service.rs"]
+mod service;
+use service::bin;
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("nvmf-rbdgw-{}-{name}", std::process::id()))
@@ -174,19 +174,7 @@ impl Gateway {
 
     /// `nvmf-target ctl --socket S ARGS...`: (success, stdout and stderr).
     fn ctl(&self, args: &[&str]) -> (bool, String) {
-        let out = bin()
-            .arg("ctl")
-            .arg("--socket")
-            .arg(&self.sock)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        service::ctl(&self.sock, args)
     }
 
     fn set_ana(&self, state: &str) {

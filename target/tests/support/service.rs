@@ -1,8 +1,10 @@
-//! The `nvmf-target` binary driven as a service by the tests: `ctl` over its admin
-//! socket, signals, waiting for `ctl status`.
+//! The `nvmf-target` binary driven as a service by the tests: started on a config
+//! file, `ctl` over its admin socket, signals, waiting for `ctl status`, stopping.
+
+#![allow(dead_code)] // each test file uses its own part
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -18,21 +20,49 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Runs `nvmf-target ctl --socket SOCK ARGS...`: whether it succeeded, and its output.
-pub fn ctl(sock: &Path, args: &[&str]) -> (bool, String) {
-    let out = bin()
-        .arg("ctl")
-        .arg("--socket")
-        .arg(sock)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+/// Runs `cmd`: whether it succeeded, and its stdout then stderr.
+pub fn output(cmd: &mut Command) -> (bool, String) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Runs `nvmf-target ctl --socket SOCK ARGS...`: whether it succeeded, and its output.
+pub fn ctl(sock: &Path, args: &[&str]) -> (bool, String) {
+    output(bin().arg("ctl").arg("--socket").arg(sock).args(args))
+}
+
+/// Starts the target on `cfg` with its socket at `sock`; returns once `ctl status`
+/// shows `ready` (a subsystem NQN of the config).
+pub fn start(cfg: &Path, sock: &Path, ready: &str) -> Child {
+    let child = bin()
+        .arg("--config")
+        .arg(cfg)
+        .arg("--ctl-socket")
+        .arg(sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    wait_status(sock, "the target answers", |s| s.contains(ready));
+    child
+}
+
+/// Sends `sig` and waits (20 s at most) for the process to exit.
+pub fn stop(mut child: Child, sig: nix::sys::signal::Signal) {
+    signal(&child, sig);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().ok().flatten().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the target did not exit on {sig}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 pub fn signal(child: &Child, sig: nix::sys::signal::Signal) {
