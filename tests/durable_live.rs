@@ -5,7 +5,6 @@
 //! the file stay as they were. Needs root for the full file system (a small tmpfs),
 //! as CI runs.
 
-
 use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_initiator::namespace::NsIo;
@@ -28,15 +27,7 @@ fn yaml(port: u16) -> String {
 }
 
 fn add_ns(nsid: u32, device_path: &str) -> Op {
-    Op::AddNs {
-        nqn: SUB.into(),
-        nsid: Some(nsid),
-        device_path: device_path.into(),
-        ceph_conf: None,
-        client_id: None,
-        keyring: None,
-        ceph_options: Default::default(),
-    }
+    Op::add_ns(SUB, Some(nsid), device_path)
 }
 
 fn ids(t: &nvmf_target::target::Target, nsid: u32) -> ([u8; 16], [u8; 16]) {

@@ -82,6 +82,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            create: Default::default(),
         }),
     );
     assert!(
@@ -97,6 +98,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
         Request::Change(Op::RemoveNs {
             nqn: SUB.into(),
             nsid: 2,
+            delete_backing: false,
         }),
     );
     // Reading the log above unmasked the notice: a second event arrives.
@@ -110,6 +112,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
         &Request::Change(Op::RemoveNs {
             nqn: SUB.into(),
             nsid: 9,
+            delete_backing: false,
         }),
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -125,6 +128,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            create: Default::default(),
         }),
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -160,6 +164,7 @@ fn resize_after_the_backing_file_grew() {
         Request::Change(Op::ResizeNs {
             nqn: SUB.into(),
             nsid: 2,
+            size: None,
         }),
     );
     assert!(same.iter().any(|c| c.contains("unchanged")), "{same:?}");
@@ -170,6 +175,7 @@ fn resize_after_the_backing_file_grew() {
         Request::Change(Op::ResizeNs {
             nqn: SUB.into(),
             nsid: 2,
+            size: None,
         }),
     );
     assert!(changes.iter().any(|c| c.contains("resized")), "{changes:?}");

@@ -159,6 +159,7 @@ mod rbd {
                 &Request::Change(Op::ResizeNs {
                     nqn: SUB.into(),
                     nsid: 1,
+                    size: None,
                 }),
             );
             assert!(r.ok, "resize-ns: {:?}", r.error);
@@ -231,6 +232,7 @@ mod rbd {
                 client_id: Some("admin".into()),
                 keyring: None,
                 ceph_options: Default::default(),
+                create: Default::default(),
             }),
         );
         assert!(r.ok, "add-ns: {:?}", r.error);
@@ -246,6 +248,7 @@ mod rbd {
                 client_id: None,
                 keyring: None,
                 ceph_options: Default::default(),
+                create: Default::default(),
             }),
         );
         assert!(!r.ok, "ceph_conf accepted on a RAM namespace");

@@ -531,6 +531,7 @@ fn odd_churn(t: &nvmf_tests::ops_support::LiveTarget, port: u16, deadline: Insta
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            create: Default::default(),
         };
         t.live
             .execute(&add)
@@ -540,6 +541,7 @@ fn odd_churn(t: &nvmf_tests::ops_support::LiveTarget, port: u16, deadline: Insta
             .execute(&Op::RemoveNs {
                 nqn: ODD_SUB.into(),
                 nsid: 2,
+                delete_backing: false,
             })
             .unwrap_or_else(|e| panic!("remove namespace: {e}"));
         changes += 2;

@@ -71,7 +71,7 @@ enum Cmd {
         #[command(flatten)]
         remote: Box<nvmf_target::management::client::RemoteArgs>,
         #[command(subcommand)]
-        op: ctl::CtlCommand,
+        op: Box<ctl::CtlCommand>,
     },
     /// Write man pages and shell completions into DIR (packaging).
     #[command(hide = true)]

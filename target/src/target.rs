@@ -327,12 +327,7 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
             buffered_io: n.buffered_io,
             block_size: n.block_size,
             min_size: 0,
-            rbd: RbdOptions {
-                ceph_conf: n.ceph_conf.clone(),
-                client_id: n.client_id.clone(),
-                keyring: n.keyring.clone(),
-                ceph_options: n.ceph_options.clone(),
-            },
+            rbd: RbdOptions::of(n),
         },
     )
     .map_err(|source| StartError::Backend {

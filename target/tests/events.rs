@@ -283,6 +283,7 @@ fn namespace_changes_are_announced_after_the_swap() {
         client_id: None,
         keyring: None,
         ceph_options: Vec::new(),
+        create: Default::default(),
     });
     assert_eq!(
         next(&mut rx, "namespace 2 added"),
@@ -293,12 +294,14 @@ fn namespace_changes_are_announced_after_the_swap() {
     env.execute(Op::ResizeNs {
         nqn: SUB.into(),
         nsid: 3,
+        size: None,
     });
     quiet(&mut rx, "a resize that found the size unchanged");
     f.set_len(16 << 20).unwrap_or_else(|e| panic!("{e}"));
     let changes = env.execute(Op::ResizeNs {
         nqn: SUB.into(),
         nsid: 3,
+        size: None,
     });
     assert!(changes.iter().any(|c| c.contains("resized")), "{changes:?}");
     assert_eq!(
@@ -325,6 +328,7 @@ fn namespace_changes_are_announced_after_the_swap() {
     env.execute(Op::RemoveNs {
         nqn: SUB.into(),
         nsid: 2,
+        delete_backing: false,
     });
     assert_eq!(
         next(&mut rx, "namespace 2 removed"),

@@ -172,7 +172,7 @@ def _():
     refused(lambda: ADMIN.AddPort(pb.AddPortRequest(portid=9, trtype="carrier-pigeon",
             traddr="127.0.0.1", trsvcid="1"), timeout=TIMEOUT), I, starts="trtype:")
     refused(lambda: add_ns(SUB, "ram:1M", 0xFFFFFFFF), I, starts="nsid:")
-    refused(lambda: ADMIN.RemoveNamespace(pb.NamespaceRef(subsystem_nqn=SUB, nsid=0),
+    refused(lambda: ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=0),
             timeout=TIMEOUT), I, starts="nsid:")
     refused(lambda: add_ns("n" * 300, "ram:1M"), I, starts="subsystem_nqn:")
     refused(lambda: ADMIN.AddSubsystem(pb.AddSubsystemRequest(subsystem_nqn="not an nqn"),
@@ -193,11 +193,11 @@ def _():
 @check("missing_things_are_not_found")
 def _():
     N = grpc.StatusCode.NOT_FOUND
-    refused(lambda: ADMIN.RemoveNamespace(pb.NamespaceRef(
+    refused(lambda: ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(
             subsystem_nqn="nqn.2026-11.io.example:nobody", nsid=1), timeout=TIMEOUT), N)
-    refused(lambda: ADMIN.RemoveNamespace(pb.NamespaceRef(subsystem_nqn=SUB, nsid=99),
+    refused(lambda: ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=99),
             timeout=TIMEOUT), N, contains="99")
-    refused(lambda: ADMIN.ResizeNamespace(pb.NamespaceRef(subsystem_nqn=SUB, nsid=99),
+    refused(lambda: ADMIN.ResizeNamespace(pb.ResizeNamespaceRequest(subsystem_nqn=SUB, nsid=99),
             timeout=TIMEOUT), N)
     refused(lambda: ADMIN.RemovePort(pb.PortRef(portid=999), timeout=TIMEOUT), N)
     refused(lambda: ADMIN.RemoveHost(pb.HostRef(subsystem_nqn=SUB, host_nqn=HOST),
@@ -252,7 +252,7 @@ def _():
     r = add_ns(SUB2, "ram:4M", 3)
     assert any("namespace 3" in c for c in r.changes), r
     assert "ram:4M" in config_text()
-    r = A.ResizeNamespace(pb.NamespaceRef(subsystem_nqn=SUB2, nsid=3), timeout=t)
+    r = A.ResizeNamespace(pb.ResizeNamespaceRequest(subsystem_nqn=SUB2, nsid=3), timeout=t)
     assert any("size unchanged" in c for c in r.changes), r
     r = A.SetAnaState(pb.SetAnaStateRequest(portid=7, grpid=1,
                                             state=pb.ANA_STATE_INACCESSIBLE), timeout=t)
@@ -279,7 +279,7 @@ def _():
     A.RemovePort(pb.PortRef(portid=7), timeout=t)
     A.RemoveHost(pb.HostRef(subsystem_nqn=SUB2, host_nqn=HOST), timeout=t)
     A.SetHostKey(pb.SetHostKeyRequest(host_nqn=HOST, clear_ctrl_key=True), timeout=t)
-    A.RemoveNamespace(pb.NamespaceRef(subsystem_nqn=SUB2, nsid=3), timeout=t)
+    A.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB2, nsid=3), timeout=t)
     A.RemoveSubsystem(pb.SubsystemRef(subsystem_nqn=SUB2), timeout=t)
     assert nsids(SUB2) is None
     assert SUB2 not in config_text()
@@ -309,7 +309,7 @@ def _():
     assert want <= nsids(SUB), nsids(SUB)
     assert want <= file_nsids(), "not every change is on disk"
     for i in sorted(want):
-        ADMIN.RemoveNamespace(pb.NamespaceRef(subsystem_nqn=SUB, nsid=i), timeout=TIMEOUT)
+        ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=i), timeout=TIMEOUT)
     assert not (want & file_nsids())
 
 
@@ -352,7 +352,7 @@ def _():
             assert e.time_unix_ns > 0, e
             break
         except AssertionError:
-            ADMIN.RemoveNamespace(pb.NamespaceRef(subsystem_nqn=SUB, nsid=nsid),
+            ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=nsid),
                                   timeout=TIMEOUT)
     else:
         raise AssertionError("the stream never delivered an event")
@@ -367,7 +367,7 @@ def _():
                                    timeout=TIMEOUT).connections
     assert any(c.host_nqn == ENV["HOST_NQN"] and c.cntlid == e.host_connected.cntlid
                for c in conns), conns
-    ADMIN.RemoveNamespace(pb.NamespaceRef(subsystem_nqn=SUB, nsid=nsid), timeout=TIMEOUT)
+    ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=nsid), timeout=TIMEOUT)
     e = wait_for("namespace removed", lambda e: e.WhichOneof("kind") == "namespace_changed")
     assert e.namespace_changed.change == pb.NamespaceChanged.REMOVED, e
     call.cancel()

@@ -495,6 +495,10 @@ pub struct NamespaceConfig {
         with = "serde_util::ceph_options"
     )]
     pub ceph_options: BTreeMap<String, String>,
+    /// The target created this backing (`ctl add-ns --size`): `remove-ns
+    /// --delete-backing` may delete it. Never set for a backing made by someone else.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub created: bool,
 }
 
 impl NamespaceConfig {
@@ -514,6 +518,7 @@ impl NamespaceConfig {
             client_id: None,
             keyring: None,
             ceph_options: BTreeMap::new(),
+            created: false,
         }
     }
 

@@ -59,6 +59,18 @@ pub struct RbdOptions {
     pub ceph_options: BTreeMap<String, String>,
 }
 
+impl RbdOptions {
+    /// How namespace `n` reaches its cluster.
+    pub fn of(n: &nvmf_common::config::NamespaceConfig) -> RbdOptions {
+        RbdOptions {
+            ceph_conf: n.ceph_conf.clone(),
+            client_id: n.client_id.clone(),
+            keyring: n.keyring.clone(),
+            ceph_options: n.ceph_options.clone(),
+        }
+    }
+}
+
 /// Why a backend could not be opened. Every message names the path (or the kind of
 /// namespace) it is about.
 #[derive(Debug, thiserror::Error)]

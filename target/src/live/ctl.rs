@@ -57,6 +57,8 @@ const MAX_REQUEST: u64 = 64 * 1024;
 const REDACTED: &str = "(secret, not logged)";
 
 /// One request on the socket: a change ([`Op`], its own `op` tag) or a query.
+// One request per admin call: its size does not matter, boxing the op would.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Request {

@@ -27,6 +27,7 @@ pub mod ctl;
 pub mod hooks;
 mod op;
 mod plan;
+mod provision;
 pub mod rdma_hooks;
 pub mod refusal;
 pub mod status;
@@ -45,7 +46,7 @@ use crate::params::PortInfo;
 use crate::runtime::PortError;
 use crate::subsystem::MAX_NAMESPACES;
 use crate::target::{DiscoveryScope, Target};
-pub use op::Op;
+pub use op::{Create, Op};
 use plan::Step;
 pub use refusal::{Refusal, RefusalKind};
 
@@ -178,7 +179,19 @@ impl Live {
             Some(path) if new != *running => Some((path.as_path(), self.unchanged_file(path)?)),
             _ => None,
         };
-        self.apply_locked(&mut running, new, &resize, save)
+        // Storage first (the plan opens what add-ns --size creates), undone if refused.
+        let done = provision::before(op, &running, &mut new)?;
+        let old = running.clone();
+        match self.apply_locked(&mut running, new, &resize, save) {
+            Ok(mut changes) => {
+                changes.extend(provision::after(op, &old));
+                Ok(changes)
+            }
+            Err(e) => {
+                provision::undo(done);
+                Err(e)
+            }
+        }
     }
 
     /// The config file's bytes, when they are still what the target last read or

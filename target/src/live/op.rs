@@ -44,9 +44,20 @@ pub enum Op {
         #[arg(long = "ceph-option", value_name = "KEY=VALUE", value_parser = parse_ceph_option)]
         #[serde(default, with = "options_map", skip_serializing_if = "Vec::is_empty")]
         ceph_options: Vec<(String, String)>,
+        #[command(flatten)]
+        #[serde(flatten)]
+        create: Create,
     },
-    /// Remove a namespace.
-    RemoveNs { nqn: String, nsid: u32 },
+    /// Remove a namespace (its data stays unless --delete-backing).
+    RemoveNs {
+        nqn: String,
+        nsid: u32,
+        /// Also delete the backing file or RBD image, which must be one the target
+        /// created (add-ns --size); anything else is refused.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        delete_backing: bool,
+    },
     /// Add a subsystem (no namespaces, exported on no port until linked).
     AddSubsystem {
         nqn: String,
@@ -83,8 +94,16 @@ pub enum Op {
     LinkSubsystem { portid: u16, nqn: String },
     /// Stop exporting a subsystem on a port.
     UnlinkSubsystem { portid: u16, nqn: String },
-    /// Serve a namespace at its backing file's, device's or RBD image's current size.
-    ResizeNs { nqn: String, nsid: u32 },
+    /// Serve a namespace at its backing file's, device's or RBD image's current size
+    /// (with --size: grow the file or image to SIZE first; shrinking is refused).
+    ResizeNs {
+        nqn: String,
+        nsid: u32,
+        /// Grow the backing file or RBD image to SIZE bytes (K/M/G/T suffixes) first.
+        #[arg(long, value_parser = parse_size_arg)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+    },
     /// Allow a host NQN on a subsystem.
     AddHost { nqn: String, host: String },
     /// Remove a host NQN from a subsystem's allowed hosts.
@@ -115,6 +134,33 @@ pub enum Op {
     },
 }
 
+/// `add-ns`: creating the backing (a sparse file or an RBD image) instead of exporting
+/// an existing one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, clap::Args)]
+pub struct Create {
+    /// Create the backing of SIZE bytes (K/M/G/T suffixes): a sparse file at the path,
+    /// or the RBD image; refused if it exists (unless --reuse). Only what the target
+    /// created may later be deleted (remove-ns --delete-backing).
+    #[arg(long, value_parser = parse_size_arg)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// With --size: an existing backing is exported as it is (not created, never
+    /// deleted by the target).
+    #[arg(long, requires = "size")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reuse: bool,
+    /// With --size, rbd: only: the image's features, e.g. layering,exclusive-lock
+    /// (default: the cluster's rbd_default_features).
+    #[arg(long, requires = "size")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd_features: Option<String>,
+    /// With --size, rbd: only: the pool the image's data goes to (an erasure-coded
+    /// pool, say); the image's metadata stays in POOL.
+    #[arg(long, requires = "size")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbd_data_pool: Option<String>,
+}
+
 impl Op {
     /// An `add-ns` with no Ceph settings.
     pub fn add_ns(nqn: &str, nsid: Option<u32>, device_path: &str) -> Op {
@@ -126,6 +172,7 @@ impl Op {
             client_id: None,
             keyring: None,
             ceph_options: Vec::new(),
+            create: Create::default(),
         }
     }
 
@@ -261,6 +308,11 @@ fn absolute(p: PathBuf) -> PathBuf {
     std::path::absolute(&p).unwrap_or(p)
 }
 
+/// A size in bytes, with an optional K/M/G/T suffix (as `ram:SIZE`).
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    nvmf_common::config::spec::parse_size(s)
+}
+
 /// `KEY=VALUE` (the value may itself contain `=`).
 fn parse_ceph_option(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -313,6 +365,7 @@ mod tests {
             client_id: None,
             keyring: None,
             ceph_options: vec![("rados_osd_op_timeout".into(), "30".into())],
+            create: Create::default(),
         };
         let j = serde_json::to_string(&op).unwrap();
         assert_eq!(
@@ -325,7 +378,8 @@ mod tests {
             r,
             Op::RemoveNs {
                 nqn: "n".into(),
-                nsid: 3
+                nsid: 3,
+                delete_backing: false,
             }
         );
     }

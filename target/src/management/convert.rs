@@ -13,7 +13,7 @@ use nvmf_common::types::Nqn;
 use super::proto as pb;
 use crate::events::{NamespaceChange, Stamped, TargetEvent};
 use crate::live::status::{ControllerStatus, StatusView};
-use crate::live::{Op, Refusal, RefusalKind};
+use crate::live::{Create, Op, Refusal, RefusalKind};
 use crate::metrics::Snapshot;
 
 /// A refusal as the status code the .proto documents.
@@ -120,20 +120,44 @@ pub fn add_namespace(r: pb::AddNamespaceRequest) -> Result<Op, Status> {
         client_id: given(r.client_id),
         keyring: given(r.keyring).map(PathBuf::from),
         ceph_options: r.ceph_options.into_iter().collect(),
+        create: create(r.create_size, r.reuse, r.rbd_features, r.rbd_data_pool)?,
     })
 }
 
-pub fn remove_namespace(r: pb::NamespaceRef) -> Result<Op, Status> {
+/// The provisioning fields of an AddNamespace: all but create_size need it.
+fn create(size: u64, reuse: bool, features: String, data_pool: String) -> Result<Create, Status> {
+    if size == 0 {
+        for (field, given) in [
+            ("reuse", reuse),
+            ("rbd_features", !features.is_empty()),
+            ("rbd_data_pool", !data_pool.is_empty()),
+        ] {
+            if given {
+                return Err(invalid(field, "only with create_size"));
+            }
+        }
+    }
+    Ok(Create {
+        size: (size != 0).then_some(size),
+        reuse,
+        rbd_features: given(features),
+        rbd_data_pool: given(data_pool),
+    })
+}
+
+pub fn remove_namespace(r: pb::RemoveNamespaceRequest) -> Result<Op, Status> {
     Ok(Op::RemoveNs {
         nqn: nqn("subsystem_nqn", &r.subsystem_nqn)?,
         nsid: nsid(r.nsid)?,
+        delete_backing: r.delete_backing,
     })
 }
 
-pub fn resize_namespace(r: pb::NamespaceRef) -> Result<Op, Status> {
+pub fn resize_namespace(r: pb::ResizeNamespaceRequest) -> Result<Op, Status> {
     Ok(Op::ResizeNs {
         nqn: nqn("subsystem_nqn", &r.subsystem_nqn)?,
         nsid: nsid(r.nsid)?,
+        size: (r.size != 0).then_some(r.size),
     })
 }
 
@@ -218,8 +242,8 @@ pub fn set_ana_state(r: pb::SetAnaStateRequest) -> Result<Op, Status> {
 /// One remote call, built from an [`Op`] (the client's half of the mapping above).
 pub enum Call {
     AddNamespace(pb::AddNamespaceRequest),
-    RemoveNamespace(pb::NamespaceRef),
-    ResizeNamespace(pb::NamespaceRef),
+    RemoveNamespace(pb::RemoveNamespaceRequest),
+    ResizeNamespace(pb::ResizeNamespaceRequest),
     AddSubsystem(pb::AddSubsystemRequest),
     RemoveSubsystem(pb::SubsystemRef),
     AddHost(pb::HostRef),
@@ -247,6 +271,7 @@ impl From<Op> for Call {
                 client_id,
                 keyring,
                 ceph_options,
+                create,
             } => Call::AddNamespace(pb::AddNamespaceRequest {
                 subsystem_nqn: nqn,
                 device_path,
@@ -255,14 +280,24 @@ impl From<Op> for Call {
                 client_id: client_id.unwrap_or_default(),
                 keyring: path_text(keyring),
                 ceph_options: ceph_options.into_iter().collect(),
+                create_size: create.size.unwrap_or(0),
+                reuse: create.reuse,
+                rbd_features: create.rbd_features.unwrap_or_default(),
+                rbd_data_pool: create.rbd_data_pool.unwrap_or_default(),
             }),
-            Op::RemoveNs { nqn, nsid } => Call::RemoveNamespace(pb::NamespaceRef {
+            Op::RemoveNs {
+                nqn,
+                nsid,
+                delete_backing,
+            } => Call::RemoveNamespace(pb::RemoveNamespaceRequest {
                 subsystem_nqn: nqn,
                 nsid,
+                delete_backing,
             }),
-            Op::ResizeNs { nqn, nsid } => Call::ResizeNamespace(pb::NamespaceRef {
+            Op::ResizeNs { nqn, nsid, size } => Call::ResizeNamespace(pb::ResizeNamespaceRequest {
                 subsystem_nqn: nqn,
                 nsid,
+                size: size.unwrap_or(0),
             }),
             Op::AddSubsystem {
                 nqn,

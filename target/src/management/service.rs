@@ -128,13 +128,13 @@ impl Management for Service {
     }
     async fn remove_namespace(
         &self,
-        r: Request<pb::NamespaceRef>,
+        r: Request<pb::RemoveNamespaceRequest>,
     ) -> Result<Response<pb::ChangeReply>, Status> {
         self.change(r, convert::remove_namespace).await
     }
     async fn resize_namespace(
         &self,
-        r: Request<pb::NamespaceRef>,
+        r: Request<pb::ResizeNamespaceRequest>,
     ) -> Result<Response<pb::ChangeReply>, Status> {
         self.change(r, convert::resize_namespace).await
     }

@@ -60,7 +60,24 @@ extern "C" {
     fn rados_shutdown(cluster: rados_t);
     fn rados_ioctx_create(cluster: rados_t, pool: *const c_char, io: *mut rados_ioctx_t) -> c_int;
     fn rados_ioctx_destroy(io: rados_ioctx_t);
+    fn rados_cluster_stat(cluster: rados_t, result: *mut rados_cluster_stat_t) -> c_int;
 }
+
+/// librados' `struct rados_cluster_stat_t` (sizes in KiB).
+#[repr(C)]
+#[derive(Default)]
+struct rados_cluster_stat_t {
+    kb: u64,
+    kb_used: u64,
+    kb_avail: u64,
+    num_objects: u64,
+}
+
+type rbd_image_options_t = *mut c_void;
+
+/// `RBD_IMAGE_OPTION_FEATURES` and `RBD_IMAGE_OPTION_DATA_POOL` of librbd.h.
+const RBD_IMAGE_OPTION_FEATURES: c_int = 1;
+const RBD_IMAGE_OPTION_DATA_POOL: c_int = 10;
 
 #[link(name = "rbd")]
 extern "C" {
@@ -71,6 +88,32 @@ extern "C" {
         snap: *const c_char,
     ) -> c_int;
     fn rbd_close(image: rbd_image_t) -> c_int;
+    fn rbd_image_options_create(opts: *mut rbd_image_options_t);
+    fn rbd_image_options_destroy(opts: rbd_image_options_t);
+    fn rbd_image_options_set_string(
+        opts: rbd_image_options_t,
+        optname: c_int,
+        optval: *const c_char,
+    ) -> c_int;
+    fn rbd_image_options_set_uint64(
+        opts: rbd_image_options_t,
+        optname: c_int,
+        optval: u64,
+    ) -> c_int;
+    fn rbd_create4(
+        io: rados_ioctx_t,
+        name: *const c_char,
+        size: u64,
+        opts: rbd_image_options_t,
+    ) -> c_int;
+    fn rbd_remove(io: rados_ioctx_t, name: *const c_char) -> c_int;
+    fn rbd_resize2(
+        image: rbd_image_t,
+        size: u64,
+        allow_shrink: bool,
+        cb: Option<extern "C" fn(u64, u64, *mut c_void) -> c_int>,
+        cbdata: *mut c_void,
+    ) -> c_int;
     fn rbd_get_size(image: rbd_image_t, size: *mut u64) -> c_int;
     fn rbd_flush(image: rbd_image_t) -> c_int;
     fn rbd_aio_create_completion(
@@ -244,6 +287,17 @@ impl Image {
 
     /// Connects to the cluster and opens `pool`/`name` (its head, read-write).
     pub fn open(params: &ClusterParams<'_>, pool: &str, name: &str) -> Result<Image, ClusterError> {
+        let mut img = Image::pool(params, pool)?;
+        let name_c = cstring("rbd_open", name)?;
+        // SAFETY: valid pool context, NUL-terminated image name, valid out-pointer; a
+        // null snapshot name opens the image head read-write.
+        let rc = unsafe { rbd_open(img.ioctx, name_c.as_ptr(), &mut img.image, std::ptr::null()) };
+        check("rbd_open", rc)?;
+        Ok(img)
+    }
+
+    /// Connects to the cluster and opens a context on `pool` (no image).
+    pub fn pool(params: &ClusterParams<'_>, pool: &str) -> Result<Image, ClusterError> {
         let mut img = Image::create(params.client_id)?;
         for (k, v) in params.defaults {
             img.conf_set(k, v)?;
@@ -278,12 +332,75 @@ impl Image {
         // SAFETY: connected cluster, NUL-terminated pool name, valid out-pointer.
         let rc = unsafe { rados_ioctx_create(img.cluster, pool_c.as_ptr(), &mut img.ioctx) };
         check("rados_ioctx_create", rc)?;
-        let name_c = cstring("rbd_open", name)?;
-        // SAFETY: valid pool context, NUL-terminated image name, valid out-pointer; a
-        // null snapshot name opens the image head read-write.
-        let rc = unsafe { rbd_open(img.ioctx, name_c.as_ptr(), &mut img.image, std::ptr::null()) };
-        check("rbd_open", rc)?;
         Ok(img)
+    }
+
+    /// The cluster's raw capacity in bytes (connected handle).
+    pub fn cluster_bytes(&self) -> Result<u64, CephError> {
+        let mut st = rados_cluster_stat_t::default();
+        // SAFETY: connected cluster handle, valid out-pointer to a struct of librados'
+        // layout.
+        check("rados_cluster_stat", unsafe {
+            rados_cluster_stat(self.cluster, &mut st)
+        })?;
+        Ok(st.kb.saturating_mul(1024))
+    }
+
+    /// Creates image `name` of `size` bytes in this handle's pool, with `features`
+    /// (librbd's bits; `None`: the cluster's default) and its data in `data_pool`.
+    pub fn create_image(
+        &self,
+        name: &str,
+        size: u64,
+        features: Option<u64>,
+        data_pool: Option<&str>,
+    ) -> Result<(), CephError> {
+        let name_c = cstring("rbd_create4", name)?;
+        let data_pool_c = data_pool.map(|d| cstring("rbd_create4", d)).transpose()?;
+        let mut opts: rbd_image_options_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; destroyed below on every path.
+        unsafe { rbd_image_options_create(&mut opts) };
+        let set = || -> Result<(), CephError> {
+            if let Some(f) = features {
+                // SAFETY: options created above, still alive.
+                check("rbd_image_options_set_uint64", unsafe {
+                    rbd_image_options_set_uint64(opts, RBD_IMAGE_OPTION_FEATURES, f)
+                })?;
+            }
+            if let Some(d) = &data_pool_c {
+                // SAFETY: options alive; NUL-terminated string alive for the call
+                // (librbd copies it).
+                check("rbd_image_options_set_string", unsafe {
+                    rbd_image_options_set_string(opts, RBD_IMAGE_OPTION_DATA_POOL, d.as_ptr())
+                })?;
+            }
+            // SAFETY: valid pool context, NUL-terminated name, options alive.
+            check("rbd_create4", unsafe {
+                rbd_create4(self.ioctx, name_c.as_ptr(), size, opts)
+            })
+        };
+        let r = set();
+        // SAFETY: created by rbd_image_options_create, destroyed once.
+        unsafe { rbd_image_options_destroy(opts) };
+        r
+    }
+
+    /// Removes image `name` from this handle's pool (it must not be open).
+    pub fn remove_image(&self, name: &str) -> Result<(), CephError> {
+        let name_c = cstring("rbd_remove", name)?;
+        // SAFETY: valid pool context, NUL-terminated name; librbd removes the image's
+        // objects synchronously.
+        check("rbd_remove", unsafe {
+            rbd_remove(self.ioctx, name_c.as_ptr())
+        })
+    }
+
+    /// Sets the open image's size (`allow_shrink`: may make it smaller).
+    pub fn resize(&self, size: u64, allow_shrink: bool) -> Result<(), CephError> {
+        // SAFETY: open image; no progress callback.
+        check("rbd_resize2", unsafe {
+            rbd_resize2(self.image, size, allow_shrink, None, std::ptr::null_mut())
+        })
     }
 
     fn conf_set(&self, option: &str, value: &str) -> Result<(), CephError> {

@@ -95,6 +95,7 @@
 //! a retryable path error so hosts move to the gateway that holds the lock.
 
 mod ffi;
+pub mod provision;
 #[cfg(test)]
 mod tests;
 
@@ -121,6 +122,20 @@ const CONF_TRUE: &str = "true";
 const OSD_OP_TIMEOUT: &str = "rados_osd_op_timeout";
 
 /// The namespace's `ceph_options` as the FFI takes them.
+/// How a namespace's client reaches its cluster: our defaults, then `opts`.
+fn cluster_params<'a>(
+    opts: &'a RbdOptions,
+    options: &'a [(&'a str, &'a str)],
+) -> ffi::ClusterParams<'a> {
+    ffi::ClusterParams {
+        conf: opts.ceph_conf.as_deref(),
+        client_id: opts.client_id.as_deref(),
+        keyring: opts.keyring.as_deref(),
+        defaults: &[("client_mount_timeout", DEFAULT_MOUNT_TIMEOUT_SECS)],
+        options,
+    }
+}
+
 fn option_pairs(options: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
     options
         .iter()
@@ -157,13 +172,7 @@ impl RbdBackend {
             reason,
         };
         let options = option_pairs(&opts.ceph_options);
-        let params = ffi::ClusterParams {
-            conf: opts.ceph_conf.as_deref(),
-            client_id: opts.client_id.as_deref(),
-            keyring: opts.keyring.as_deref(),
-            defaults: &[("client_mount_timeout", DEFAULT_MOUNT_TIMEOUT_SECS)],
-            options: &options,
-        };
+        let params = cluster_params(opts, &options);
         let img = ffi::Image::open(&params, pool, image).map_err(|e| fail(e.to_string()))?;
         let raw = img.size().map_err(|e| fail(e.to_string()))?;
         let size_bytes = raw - raw % u64::from(block_size);
