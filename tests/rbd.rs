@@ -254,6 +254,144 @@ mod rbd {
         assert!(!r.ok, "ceph_conf accepted on a RAM namespace");
     }
 
+    /// `rbd info --format json` of `image`: (size, features), or None if it is gone.
+    fn image_info(cluster: &CephCluster, image: &str) -> Option<(u64, Vec<String>)> {
+        let names = cluster.rbd(&["ls", "rbd", "--format", "json"]);
+        let names: Vec<String> = serde_json::from_str(&names).unwrap_or_default();
+        if !names.iter().any(|n| n == image) {
+            return None;
+        }
+        let info = cluster.rbd(&["info", &format!("rbd/{image}"), "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&info).unwrap_or_default();
+        let features = v["features"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some((v["size"].as_u64().unwrap_or(0), features))
+    }
+
+    /// add-ns --size creates an image (features as asked), an existing image, a
+    /// missing pool, a size of 0 or one larger than the cluster are refused with
+    /// nothing changed, resize-ns --size grows it (a shrink refused), remove-ns
+    /// --delete-backing removes it, and never an image the target did not create.
+    #[test]
+    fn provisioning_creates_grows_and_deletes_images() {
+        use nvmf_target::live::{Create, RefusalKind};
+        let cluster = CephCluster::start("provision", IMAGE_SIZE);
+        let yaml = format!(
+            "ports:\n  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: \"{}\", subsystems: [{SUB}] }}\n\
+             subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n    namespaces:\n      \
+             - {{ nsid: 1, device_path: \"{IMAGE}\", ceph_conf: \"{}\" }}\n",
+            free_port(),
+            cluster.conf().display()
+        );
+        // memstore reports no capacity: the pool's quota is what "too large" means.
+        cluster.ceph(&["osd", "pool", "set-quota", "rbd", "max_bytes", "1073741824"]);
+        let t = start_live(&yaml, None);
+        let add = |nsid: u32, spec: &str, size: u64, features: Option<&str>| Op::AddNs {
+            nqn: SUB.into(),
+            device_path: spec.into(),
+            nsid: Some(nsid),
+            ceph_conf: Some(cluster.conf().to_path_buf()),
+            client_id: None,
+            keyring: None,
+            ceph_options: Default::default(),
+            create: Create {
+                size: Some(size),
+                rbd_features: features.map(String::from),
+                ..Create::default()
+            },
+        };
+        t.live
+            .execute(&add(
+                2,
+                "rbd:rbd/made",
+                32 << 20,
+                Some("layering,exclusive-lock"),
+            ))
+            .unwrap_or_else(|e| panic!("add-ns --size: {e}"));
+        let (size, features) = image_info(&cluster, "made").unwrap_or_else(|| panic!("no image"));
+        assert_eq!(size, 32 << 20);
+        assert!(
+            features.contains(&"layering".into()) && features.contains(&"exclusive-lock".into()),
+            "{features:?}"
+        );
+
+        for (op, kind, what) in [
+            (
+                add(3, IMAGE, 8 << 20, None),
+                RefusalKind::AlreadyExists,
+                "an existing image",
+            ),
+            (
+                add(3, "rbd:nopool/x", 8 << 20, None),
+                RefusalKind::NotFound,
+                "a missing pool",
+            ),
+            (
+                add(3, "rbd:rbd/zero", 0, None),
+                RefusalKind::InvalidArgument,
+                "size 0",
+            ),
+            (
+                add(3, "rbd:rbd/huge", 2 << 30, None),
+                RefusalKind::InvalidArgument,
+                "larger than the pool quota",
+            ),
+            (
+                add(3, "rbd:rbd/odd", 8 << 20, Some("teleport")),
+                RefusalKind::InvalidArgument,
+                "an unknown feature",
+            ),
+        ] {
+            let e = t.live.execute(&op).expect_err(what);
+            assert_eq!(e.kind, kind, "{what}: {e}");
+            if what.contains("larger") {
+                assert!(e.message.contains("pool rbd's quota"), "{e}");
+            }
+        }
+        for gone in ["zero", "huge", "odd"] {
+            assert!(image_info(&cluster, gone).is_none(), "{gone} was created");
+        }
+        assert_eq!(image_info(&cluster, "img").map(|i| i.0), Some(IMAGE_BYTES));
+
+        let resize = |size: u64| Op::ResizeNs {
+            nqn: SUB.into(),
+            nsid: 2,
+            size: Some(size),
+        };
+        t.live
+            .execute(&resize(48 << 20))
+            .unwrap_or_else(|e| panic!("resize-ns --size: {e}"));
+        assert_eq!(image_info(&cluster, "made").map(|i| i.0), Some(48 << 20));
+        let e = t.live.execute(&resize(16 << 20)).expect_err("a shrink");
+        assert_eq!(e.kind, RefusalKind::InvalidArgument, "{e}");
+        assert_eq!(image_info(&cluster, "made").map(|i| i.0), Some(48 << 20));
+
+        let remove = |nsid: u32| Op::RemoveNs {
+            nqn: SUB.into(),
+            nsid,
+            delete_backing: true,
+        };
+        let e = t
+            .live
+            .execute(&remove(1))
+            .expect_err("an image the target did not create");
+        assert_eq!(e.kind, RefusalKind::FailedPrecondition, "{e}");
+        assert!(image_info(&cluster, "img").is_some());
+        t.live
+            .execute(&remove(2))
+            .unwrap_or_else(|e| panic!("remove-ns --delete-backing: {e}"));
+        assert!(
+            image_info(&cluster, "made").is_none(),
+            "the image is still there"
+        );
+    }
+
     /// Options for a host with `timeout` per command.
     fn opts_with_timeout(nqn: &Nqn, timeout: Duration) -> ConnectOptions {
         let mut o = ConnectOptions::new(nqn.clone(), hostnqn(), TEST_HOSTID);

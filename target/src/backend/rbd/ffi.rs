@@ -61,6 +61,18 @@ extern "C" {
     fn rados_ioctx_create(cluster: rados_t, pool: *const c_char, io: *mut rados_ioctx_t) -> c_int;
     fn rados_ioctx_destroy(io: rados_ioctx_t);
     fn rados_cluster_stat(cluster: rados_t, result: *mut rados_cluster_stat_t) -> c_int;
+    fn rados_mon_command(
+        cluster: rados_t,
+        cmd: *mut *const c_char,
+        cmdlen: usize,
+        inbuf: *const c_char,
+        inbuflen: usize,
+        outbuf: *mut *mut c_char,
+        outbuflen: *mut usize,
+        outs: *mut *mut c_char,
+        outslen: *mut usize,
+    ) -> c_int;
+    fn rados_buffer_free(buf: *mut c_char);
 }
 
 /// librados' `struct rados_cluster_stat_t` (sizes in KiB).
@@ -344,6 +356,44 @@ impl Image {
             rados_cluster_stat(self.cluster, &mut st)
         })?;
         Ok(st.kb.saturating_mul(1024))
+    }
+
+    /// Runs one monitor command (`{"prefix": ...}` JSON); its output.
+    pub fn mon_command(&self, json: &str) -> Result<Vec<u8>, CephError> {
+        let cmd = cstring("rados_mon_command", json)?;
+        let mut cmds = [cmd.as_ptr()];
+        let (mut out, mut out_len) = (std::ptr::null_mut::<c_char>(), 0usize);
+        let (mut status, mut status_len) = (std::ptr::null_mut::<c_char>(), 0usize);
+        // SAFETY: connected cluster; one NUL-terminated command alive for the call; no
+        // input buffer; valid out-pointers, whose buffers librados allocates and we
+        // free below with rados_buffer_free.
+        let rc = unsafe {
+            rados_mon_command(
+                self.cluster,
+                cmds.as_mut_ptr(),
+                cmds.len(),
+                std::ptr::null(),
+                0,
+                &mut out,
+                &mut out_len,
+                &mut status,
+                &mut status_len,
+            )
+        };
+        let bytes = if out.is_null() || out_len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: librados returned `out_len` bytes at `out`, valid until freed.
+            unsafe { std::slice::from_raw_parts(out.cast::<u8>(), out_len) }.to_vec()
+        };
+        for b in [out, status] {
+            if !b.is_null() {
+                // SAFETY: allocated by librados for this call, freed once.
+                unsafe { rados_buffer_free(b) };
+            }
+        }
+        check("rados_mon_command", rc)?;
+        Ok(bytes)
     }
 
     /// Creates image `name` of `size` bytes in this handle's pool, with `features`

@@ -68,15 +68,18 @@ pub fn create(
 ) -> Result<(), ProvisionError> {
     let spec = format!("rbd:{pool}/{image}");
     with_pool(opts, pool, |p| {
-        let capacity = p.cluster_bytes().map_err(|e| failed(&spec, e))?;
-        if size > capacity {
-            return Err(ProvisionError::Invalid(format!(
-                "{size} bytes is more than the cluster holds ({capacity} bytes)"
-            )));
+        if let Some((limit, what)) = capacity(p, pool) {
+            if size > limit {
+                return Err(ProvisionError::Invalid(format!(
+                    "{size} bytes is more than {what} ({limit} bytes)"
+                )));
+            }
         }
         p.create_image(image, size, features, data_pool)
             .map_err(|e| match e.errno {
                 libc::EEXIST => ProvisionError::Exists(format!("{spec} exists")),
+                // librbd's own limits (size, feature combinations).
+                libc::EINVAL => ProvisionError::Invalid(format!("{spec}: {e}")),
                 libc::ENOENT if data_pool.is_some() => ProvisionError::NotFound(format!(
                     "{spec}: data pool {} does not exist",
                     data_pool.unwrap_or_default()
@@ -84,6 +87,34 @@ pub fn create(
                 _ => failed(&spec, e),
             })
     })
+}
+
+/// The most an image in `pool` could ever hold: the pool's byte quota, else the
+/// cluster's raw capacity; None when neither is known (no quota, and OSDs that report
+/// no size, as memstore's).
+fn capacity(p: &Image, pool: &str) -> Option<(u64, String)> {
+    // From the OSD map (the monitors' own): `osd pool get-quota` needs a manager.
+    let cmd = serde_json::json!({"prefix": "osd dump", "format": "json"});
+    let quota = p
+        .mon_command(&cmd.to_string())
+        .ok()
+        .and_then(|out| serde_json::from_slice::<serde_json::Value>(&out).ok())
+        .and_then(|v| {
+            v.get("pools")?
+                .as_array()?
+                .iter()
+                .find(|p| p.get("pool_name").and_then(|n| n.as_str()) == Some(pool))?
+                .get("quota_max_bytes")?
+                .as_u64()
+        })
+        .filter(|q| *q > 0);
+    if let Some(q) = quota {
+        return Some((q, format!("pool {pool}'s quota")));
+    }
+    p.cluster_bytes()
+        .ok()
+        .filter(|b| *b > 0)
+        .map(|b| (b, "the cluster holds".to_string()))
 }
 
 /// Whether `pool/image` exists.
