@@ -134,6 +134,11 @@ impl Live {
         &self.target
     }
 
+    /// The `management:` section in force (who may call the API: read at each call).
+    pub fn management(&self) -> Option<nvmf_common::config::ManagementConfig> {
+        self.running.lock().management.clone()
+    }
+
     /// The configuration in force.
     pub fn running(&self) -> Config {
         self.running.lock().clone()

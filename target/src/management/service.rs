@@ -59,7 +59,7 @@ impl Service {
                 "the client certificate names no subject (CN or DNS subjectAltName)",
             ));
         };
-        let roles = self.live.running().management;
+        let roles = self.live.management();
         let role = roles
             .as_ref()
             .and_then(|m| m.role_of(names.iter().map(String::as_str)));
