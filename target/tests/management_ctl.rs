@@ -78,6 +78,30 @@ impl Remote {
     }
 }
 
+/// (NGUID, UUID) of namespace `nsid` as a host connected to 127.0.0.1:`port` sees it.
+fn identity(port: u16, nsid: u32) -> ([u8; 16], Option<[u8; 16]>) {
+    use nvmf_initiator::controller::{ConnectOptions, Controller};
+    use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
+    let nqn = |s: &str| nvmf_common::types::Nqn::new(s).unwrap_or_else(|e| panic!("{e}"));
+    let fabric = std::sync::Arc::new(TcpFabric::new(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        TcpOptions::default(),
+    ));
+    let mut o = ConnectOptions::new(
+        nqn(SUB),
+        nqn("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-00000000aa01"),
+        [0xAA; 16],
+    );
+    o.nr_io_queues = 0;
+    let mut c = Controller::connect(fabric, o).unwrap_or_else(|e| panic!("connect: {e}"));
+    let ns = c
+        .namespace(nvmf_common::types::Nsid(nsid))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ids = (ns.nguid, ns.uuid);
+    c.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    ids
+}
+
 /// Status without the live counters (they move between two calls).
 fn settled(status: &str) -> String {
     status
@@ -99,7 +123,8 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
         api: free_port(),
         certs: certs.clone(),
     };
-    std::fs::write(&cfg, config(free_port(), r.api, &certs)).unwrap_or_else(|e| panic!("{e}"));
+    let port = free_port();
+    std::fs::write(&cfg, config(port, r.api, &certs)).unwrap_or_else(|e| panic!("{e}"));
     let child = start(&cfg, &sock, SUB);
 
     // Queries: the same text.
@@ -143,9 +168,13 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
     let (ok, out) = r.api(&["top", "--iterations", "1", "--interval", "0.5"]);
     assert!(ok && out.contains(SUB), "{out}");
 
-    // Added through the API, then SIGKILL and a new start: still there.
+    // Added through the API, then SIGKILL and a new start: still there, with the same
+    // identity the host saw.
     let (ok, out) = r.api(&["add-ns", SUB, "ram:2M", "--nsid", "3"]);
     assert!(ok, "{out}");
+    let ids = identity(port, 3);
+    assert_ne!(ids.0, [0; 16], "no NGUID");
+    assert!(ids.1.is_some(), "no UUID");
     stop(child, Signal::SIGKILL);
     let _ = std::fs::remove_file(&sock);
     let child = start(&cfg, &sock, SUB);
