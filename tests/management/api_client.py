@@ -285,6 +285,29 @@ def _():
     assert SUB2 not in config_text()
 
 
+@check("provisioning_creates_and_deletes_a_file")
+def _():
+    path = os.path.join(WORK, "made.img")
+    ADMIN.AddNamespace(pb.AddNamespaceRequest(subsystem_nqn=SUB, device_path=path, nsid=6,
+                                              create_size=16 << 20), timeout=TIMEOUT)
+    assert os.path.getsize(path) == 16 << 20
+    refused(lambda: ADMIN.AddNamespace(pb.AddNamespaceRequest(
+            subsystem_nqn=SUB, device_path=path, nsid=7, create_size=1 << 20), timeout=TIMEOUT),
+            grpc.StatusCode.ALREADY_EXISTS, contains="--reuse")
+    refused(lambda: ADMIN.AddNamespace(pb.AddNamespaceRequest(
+            subsystem_nqn=SUB, device_path=path, nsid=7, reuse=True), timeout=TIMEOUT),
+            grpc.StatusCode.INVALID_ARGUMENT, starts="reuse:")
+    ADMIN.ResizeNamespace(pb.ResizeNamespaceRequest(subsystem_nqn=SUB, nsid=6,
+                                                    size=32 << 20), timeout=TIMEOUT)
+    assert os.path.getsize(path) == 32 << 20
+    refused(lambda: ADMIN.ResizeNamespace(pb.ResizeNamespaceRequest(
+            subsystem_nqn=SUB, nsid=6, size=8 << 20), timeout=TIMEOUT),
+            grpc.StatusCode.INVALID_ARGUMENT, starts="size:")
+    ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=6,
+                                                    delete_backing=True), timeout=TIMEOUT)
+    assert not os.path.exists(path), "the created file is still there"
+
+
 @check("two_clients_change_one_subsystem_at_once")
 def _():
     other = stub("admin")
