@@ -93,7 +93,7 @@ fn identity(port: u16, nsid: u32) -> ([u8; 16], Option<[u8; 16]>) {
         [0xAA; 16],
     );
     o.nr_io_queues = 0;
-    let mut c = Controller::connect(fabric, o).unwrap_or_else(|e| panic!("connect: {e}"));
+    let c = Controller::connect(fabric, o).unwrap_or_else(|e| panic!("connect: {e}"));
     let ns = c
         .namespace(nvmf_common::types::Nsid(nsid))
         .unwrap_or_else(|e| panic!("{e}"));

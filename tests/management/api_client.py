@@ -244,6 +244,9 @@ def _():
     r = A.AddSubsystem(pb.AddSubsystemRequest(subsystem_nqn=SUB2, serial="SNAPI0001",
                                               model="made by the API"), timeout=t)
     assert r.changes, r
+    # Built step by step: the caller is told what is not finished yet.
+    assert any(c.startswith("note:") and "not exported on any port" in c
+               for c in r.changes), r
     assert SUB2 in config_text(), "acknowledged before it was on disk"
     A.AddHost(pb.HostRef(subsystem_nqn=SUB2, host_nqn=HOST), timeout=t)
     A.AddPort(pb.AddPortRequest(portid=7, trtype="tcp", traddr="127.0.0.1",

@@ -698,9 +698,13 @@ impl Config {
     }
 
     /// Parses and validates YAML `text`; `origin` (a file name) prefixes every error.
+    /// Its warnings ([`Config::warnings`]) are logged: this is reading a file.
     pub fn from_yaml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let config = Config::parse_yaml_str(text, origin)?;
         config.validate()?;
+        for w in config.warnings() {
+            tracing::warn!(origin, "{w}");
+        }
         Ok(config)
     }
 
@@ -749,6 +753,16 @@ impl Config {
 
     /// Every problem [`Config::validate`] would report, in file order.
     pub fn validate_all(&self) -> Vec<ConfigError> {
+        self.checked().0
+    }
+
+    /// What is allowed but probably not meant: a subsystem on no port, one no host
+    /// may connect to, no ports at all.
+    pub fn warnings(&self) -> Vec<String> {
+        self.checked().1
+    }
+
+    fn checked(&self) -> (Vec<ConfigError>, Vec<String>) {
         let (origin, text) = match &self.source {
             Some(s) => (s.origin.as_str(), s.text.as_deref()),
             None => ("<config>", None),

@@ -25,9 +25,15 @@ struct Checker<'a> {
     origin: &'a str,
     text: Option<&'a str>,
     errors: Vec<ConfigError>,
+    /// What is allowed but probably not meant (a subsystem on no port).
+    warnings: Vec<String>,
 }
 
 impl Checker<'_> {
+    fn warn(&mut self, message: impl Into<String>) {
+        self.warnings.push(message.into());
+    }
+
     fn err(&mut self, path: &KeyPath, message: impl Into<String>) {
         let location = self.text.and_then(|t| locate_nearest(t, path.segs()));
         self.errors.push(ConfigError::new(
@@ -40,12 +46,18 @@ impl Checker<'_> {
     }
 }
 
-/// All problems of `config`, ordered by line (those without one last).
-pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec<ConfigError> {
+/// All problems of `config`, ordered by line (those without one last), and the
+/// warnings (allowed, but probably not meant).
+pub(super) fn validate(
+    config: &Config,
+    origin: &str,
+    text: Option<&str>,
+) -> (Vec<ConfigError>, Vec<String>) {
     let mut c = Checker {
         origin,
         text,
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     let root = KeyPath::root();
     check_transport(&mut c, config, &root.key("transport"));
@@ -129,15 +141,12 @@ pub(super) fn validate(config: &Config, origin: &str, text: Option<&str>) -> Vec
         }
     }
     if config.ports.is_empty() {
-        tracing::warn!(
-            origin,
-            "the configuration has no ports: nothing will be served"
-        );
+        c.warn("the configuration has no ports: nothing will be served");
     }
 
     let mut errors = c.errors;
     errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-    errors
+    (errors, c.warnings)
 }
 
 fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
@@ -535,18 +544,13 @@ fn check_subsystem(c: &mut Checker<'_>, config: &Config, sub: &SubsystemConfig, 
         }
     }
     if !sub.allow_any_host && sub.allowed_hosts.is_empty() {
-        tracing::warn!(
-            origin = c.origin,
+        c.warn(format!(
             "subsystem {}: allow_any_host is false and allowed_hosts is empty: no host can connect",
             sub.nqn
-        );
+        ));
     }
     if !config.ports.iter().any(|p| p.exports(&sub.nqn)) {
-        tracing::warn!(
-            origin = c.origin,
-            "subsystem {} is not exported on any port",
-            sub.nqn
-        );
+        c.warn(format!("subsystem {} is not exported on any port", sub.nqn));
     }
 
     let mut nsids: HashMap<Nsid, usize> = HashMap::new();

@@ -114,7 +114,8 @@ impl Live {
         let file = config_path.as_ref().and_then(|p| {
             let bytes = std::fs::read(p).ok()?;
             let text = std::str::from_utf8(&bytes).ok()?;
-            let same = Config::from_yaml_str(text, &p.display().to_string())
+            // (Parsed only to compare: its warnings were logged when it was loaded.)
+            let same = Config::parse_yaml_str(text, &p.display().to_string())
                 .is_ok_and(|c| c == cfg);
             if !same {
                 warn!(path = %p.display(), "the configuration file changed since it was read: live changes wait for a reload");
@@ -187,9 +188,19 @@ impl Live {
         // Storage first (the plan opens what add-ns --size creates), undone if refused.
         let done = provision::before(op, &running, &mut new)?;
         let old = running.clone();
+        // What the change makes probably not meant goes back to whoever asked (a
+        // subsystem built step by step is on no port until linked), not to the log.
+        let warned = old.warnings();
+        let notes: Vec<String> = new
+            .warnings()
+            .into_iter()
+            .filter(|w| !warned.contains(w))
+            .map(|w| format!("note: {w}"))
+            .collect();
         match self.apply_locked(&mut running, new, &resize, save) {
             Ok(mut changes) => {
                 changes.extend(provision::after(op, &old));
+                changes.extend(notes);
                 Ok(changes)
             }
             Err(e) => {
