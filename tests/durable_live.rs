@@ -5,7 +5,6 @@
 //! the file stay as they were. Needs root for the full file system (a small tmpfs),
 //! as CI runs.
 
-
 use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_initiator::namespace::NsIo;
@@ -36,6 +35,7 @@ fn add_ns(nsid: u32, device_path: &str) -> Op {
         client_id: None,
         keyring: None,
         ceph_options: Default::default(),
+        auto_visible: true,
     }
 }
 

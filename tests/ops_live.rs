@@ -82,6 +82,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            auto_visible: true,
         }),
     );
     assert!(
@@ -125,6 +126,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            auto_visible: true,
         }),
     )
     .unwrap_or_else(|e| panic!("{e}"));

@@ -231,6 +231,7 @@ mod rbd {
                 client_id: Some("admin".into()),
                 keyring: None,
                 ceph_options: Default::default(),
+                auto_visible: true,
             }),
         );
         assert!(r.ok, "add-ns: {:?}", r.error);
@@ -246,6 +247,7 @@ mod rbd {
                 client_id: None,
                 keyring: None,
                 ceph_options: Default::default(),
+                auto_visible: true,
             }),
         );
         assert!(!r.ok, "ceph_conf accepted on a RAM namespace");

@@ -531,6 +531,7 @@ fn odd_churn(t: &nvmf_tests::ops_support::LiveTarget, port: u16, deadline: Insta
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            auto_visible: true,
         };
         t.live
             .execute(&add)

@@ -283,6 +283,7 @@ fn namespace_changes_are_announced_after_the_swap() {
         client_id: None,
         keyring: None,
         ceph_options: Vec::new(),
+        auto_visible: true,
     });
     assert_eq!(
         next(&mut rx, "namespace 2 added"),

@@ -44,9 +44,28 @@ pub enum Op {
         #[arg(long = "ceph-option", value_name = "KEY=VALUE", value_parser = parse_ceph_option)]
         #[serde(default, with = "options_map", skip_serializing_if = "Vec::is_empty")]
         ceph_options: Vec<(String, String)>,
+        /// Visible only to the hosts added with ns-add-host (SPDK's --no-auto-visible);
+        /// by default every host that may connect sees it.
+        #[arg(long = "no-auto-visible", action = clap::ArgAction::SetFalse)]
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        auto_visible: bool,
     },
     /// Remove a namespace.
     RemoveNs { nqn: String, nsid: u32 },
+    /// Let a host see a namespace added with --no-auto-visible (SPDK's
+    /// nvmf_ns_add_host); its connected controllers get Namespace Attribute Changed.
+    NsAddHost {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
+    /// Hide a namespace added with --no-auto-visible from a host again (SPDK's
+    /// nvmf_ns_remove_host); to that host the NSID becomes inactive.
+    NsRemoveHost {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
     /// Add a subsystem (no namespaces, exported on no port until linked).
     AddSubsystem {
         nqn: String,
@@ -126,6 +145,7 @@ impl Op {
             client_id: None,
             keyring: None,
             ceph_options: Vec::new(),
+            auto_visible: true,
         }
     }
 
@@ -256,6 +276,14 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Refu
     Some(r)
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
+}
+
 /// A key file path as the target must see it.
 fn absolute(p: PathBuf) -> PathBuf {
     std::path::absolute(&p).unwrap_or(p)
@@ -313,6 +341,7 @@ mod tests {
             client_id: None,
             keyring: None,
             ceph_options: vec![("rados_osd_op_timeout".into(), "30".into())],
+            auto_visible: true,
         };
         let j = serde_json::to_string(&op).unwrap();
         assert_eq!(

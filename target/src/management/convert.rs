@@ -120,6 +120,20 @@ pub fn add_namespace(r: pb::AddNamespaceRequest) -> Result<Op, Status> {
         client_id: given(r.client_id),
         keyring: given(r.keyring).map(PathBuf::from),
         ceph_options: r.ceph_options.into_iter().collect(),
+        auto_visible: !r.no_auto_visible,
+    })
+}
+
+/// AddNamespaceHost (`add`) or RemoveNamespaceHost.
+pub fn namespace_host(r: pb::NamespaceHostRef, add: bool) -> Result<Op, Status> {
+    let (nqn, nsid) = (nqn("subsystem_nqn", &r.subsystem_nqn)?, nsid(r.nsid)?);
+    let host = nvmf_common::config::visibility::check_host(&r.host_nqn)
+        .map_err(|e| invalid("host_nqn", e))?
+        .to_string();
+    Ok(if add {
+        Op::NsAddHost { nqn, nsid, host }
+    } else {
+        Op::NsRemoveHost { nqn, nsid, host }
     })
 }
 
@@ -230,6 +244,8 @@ pub enum Call {
     LinkSubsystem(pb::PortLink),
     UnlinkSubsystem(pb::PortLink),
     SetAnaState(pb::SetAnaStateRequest),
+    AddNamespaceHost(pb::NamespaceHostRef),
+    RemoveNamespaceHost(pb::NamespaceHostRef),
 }
 
 fn path_text(p: Option<PathBuf>) -> String {
@@ -247,6 +263,7 @@ impl From<Op> for Call {
                 client_id,
                 keyring,
                 ceph_options,
+                auto_visible,
             } => Call::AddNamespace(pb::AddNamespaceRequest {
                 subsystem_nqn: nqn,
                 device_path,
@@ -255,7 +272,20 @@ impl From<Op> for Call {
                 client_id: client_id.unwrap_or_default(),
                 keyring: path_text(keyring),
                 ceph_options: ceph_options.into_iter().collect(),
+                no_auto_visible: !auto_visible,
             }),
+            Op::NsAddHost { nqn, nsid, host } => Call::AddNamespaceHost(pb::NamespaceHostRef {
+                subsystem_nqn: nqn,
+                nsid,
+                host_nqn: host,
+            }),
+            Op::NsRemoveHost { nqn, nsid, host } => {
+                Call::RemoveNamespaceHost(pb::NamespaceHostRef {
+                    subsystem_nqn: nqn,
+                    nsid,
+                    host_nqn: host,
+                })
+            }
             Op::RemoveNs { nqn, nsid } => Call::RemoveNamespace(pb::NamespaceRef {
                 subsystem_nqn: nqn,
                 nsid,
