@@ -358,4 +358,58 @@ mod tests {
             }
         );
     }
+
+    /// `ctl ns-add-host NQN NSID HOSTNQN` and `add-ns --no-auto-visible`, on the command
+    /// line and on the wire.
+    #[test]
+    fn visibility_ops_parse_from_the_command_line() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            op: Op,
+        }
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.op);
+        let op = parse(&[
+            "ctl",
+            "ns-add-host",
+            "nqn.2024-01.io.example:s",
+            "3",
+            "nqn.2024-01.io.example:h",
+        ]);
+        let want = Op::NsAddHost {
+            nqn: "nqn.2024-01.io.example:s".into(),
+            nsid: 3,
+            host: "nqn.2024-01.io.example:h".into(),
+        };
+        assert_eq!(op.ok(), Some(want.clone()));
+        let j = serde_json::to_string(&want).unwrap();
+        assert!(j.starts_with(r#"{"op":"ns-add-host""#), "{j}");
+        assert_eq!(serde_json::from_str::<Op>(&j).unwrap(), want);
+        assert!(matches!(
+            parse(&["ctl", "ns-remove-host", "n", "1", "h"]),
+            Ok(Op::NsRemoveHost { nsid: 1, .. })
+        ));
+        let add = parse(&["ctl", "add-ns", "n", "ram:1M", "--no-auto-visible"]).unwrap();
+        assert!(matches!(
+            add,
+            Op::AddNs {
+                auto_visible: false,
+                ..
+            }
+        ));
+        let j = serde_json::to_string(&add).unwrap();
+        assert!(j.contains(r#""auto_visible":false"#), "{j}");
+        // Absent on the wire: visible to every host, as before the field existed.
+        let old: Op =
+            serde_json::from_str(r#"{"op":"add-ns","nqn":"n","device_path":"ram:1M"}"#).unwrap();
+        assert_eq!(old, Op::add_ns("n", None, "ram:1M"));
+        assert!(matches!(
+            parse(&["ctl", "add-ns", "n", "ram:1M"]),
+            Ok(Op::AddNs {
+                auto_visible: true,
+                ..
+            })
+        ));
+    }
 }
