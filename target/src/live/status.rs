@@ -187,11 +187,16 @@ impl std::fmt::Display for StatusView {
             };
             writeln!(f, "subsystem {} ({hosts})", s.nqn)?;
             for n in &s.namespaces {
-                writeln!(
+                write!(
                     f,
                     "  namespace {} {} ({}) {} bytes, {} B blocks",
                     n.nsid, n.device_path, n.backend, n.size_bytes, n.block_size
                 )?;
+                if n.auto_visible {
+                    writeln!(f)?;
+                } else {
+                    writeln!(f, ", visible to [{}]", n.visible_to.join(", "))?;
+                }
             }
             for c in &s.controllers {
                 writeln!(
