@@ -4,7 +4,8 @@
 //! configuration file, over mutual TLS with certificates made by openssl
 //! (`tests/management/make-certs`). The script checks every operation, the roles, the
 //! refusals (no certificate, an unknown CA, an expired certificate, a reader changing,
-//! malformed fields, missing and duplicate things, a path that cannot be opened), two
+//! malformed fields, missing and duplicate things, a path that cannot be opened),
+//! namespace visibility per host (AddNamespaceHost / RemoveNamespaceHost), two
 //! clients changing one subsystem at once, and the event stream seeing a host
 //! connect, which this test makes when the script asks (HOST-CONNECT on its stdout).
 
@@ -108,7 +109,7 @@ fn python_grpcio_client_drives_every_operation_and_is_refused_where_it_must_be()
     assert!(failed.is_empty(), "failed checks: {failed:#?}");
     let summary = lines.last().cloned().unwrap_or_default();
     assert!(
-        status.success() && summary == "SUMMARY passed=13 failed=0",
+        status.success() && summary == "SUMMARY passed=14 failed=0",
         "the script: {status}, last line {summary:?}"
     );
     drop(server);

@@ -83,6 +83,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             keyring: None,
             ceph_options: Default::default(),
             create: Default::default(),
+            auto_visible: true,
         }),
     );
     assert!(
@@ -129,6 +130,7 @@ fn add_and_remove_namespace_over_the_socket_notify_connected_hosts() {
             keyring: None,
             ceph_options: Default::default(),
             create: Default::default(),
+            auto_visible: true,
         }),
     )
     .unwrap_or_else(|e| panic!("{e}"));

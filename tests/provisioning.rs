@@ -34,6 +34,7 @@ fn add(nsid: u32, path: &Path, size: u64, reuse: bool) -> Op {
             client_id,
             keyring,
             ceph_options,
+            auto_visible,
             ..
         } => Op::AddNs {
             nqn,
@@ -43,6 +44,7 @@ fn add(nsid: u32, path: &Path, size: u64, reuse: bool) -> Op {
             client_id,
             keyring,
             ceph_options,
+            auto_visible,
             create: Create {
                 size: Some(size),
                 reuse,

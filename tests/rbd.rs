@@ -233,6 +233,7 @@ mod rbd {
                 keyring: None,
                 ceph_options: Default::default(),
                 create: Default::default(),
+                auto_visible: true,
             }),
         );
         assert!(r.ok, "add-ns: {:?}", r.error);
@@ -249,6 +250,7 @@ mod rbd {
                 keyring: None,
                 ceph_options: Default::default(),
                 create: Default::default(),
+                auto_visible: true,
             }),
         );
         assert!(!r.ok, "ceph_conf accepted on a RAM namespace");
@@ -300,6 +302,7 @@ mod rbd {
             client_id: None,
             keyring: None,
             ceph_options: Default::default(),
+            auto_visible: true,
             create: Create {
                 size: Some(size),
                 rbd_features: features.map(String::from),

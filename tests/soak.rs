@@ -532,6 +532,7 @@ fn odd_churn(t: &nvmf_tests::ops_support::LiveTarget, port: u16, deadline: Insta
             keyring: None,
             ceph_options: Default::default(),
             create: Default::default(),
+            auto_visible: true,
         };
         t.live
             .execute(&add)

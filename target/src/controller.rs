@@ -557,6 +557,29 @@ impl Controller {
     pub fn max_nsid(&self) -> u32 {
         MAX_NAMESPACES
     }
+
+    // ---- namespaces as this controller's host sees them ------------------------------
+
+    /// Namespace `nsid` if it is active and its host sees it ([`crate::visibility`]).
+    /// Every per-namespace command and log finds namespaces through here.
+    #[inline]
+    pub fn namespace(&self, nsid: Nsid) -> Option<Arc<crate::subsystem::Namespace>> {
+        self.subsys
+            .namespace(nsid)
+            .filter(|n| n.visible_to(&self.hostnqn))
+    }
+
+    /// The namespaces its host sees, in NSID order.
+    pub fn namespaces(&self) -> Vec<Arc<crate::subsystem::Namespace>> {
+        let mut v = self.subsys.namespaces();
+        v.retain(|n| n.visible_to(&self.hostnqn));
+        v
+    }
+
+    /// The active NSIDs its host sees, increasing (Identify CNS 02h).
+    pub fn active_nsids(&self) -> Vec<u32> {
+        self.namespaces().iter().map(|n| n.nsid.0).collect()
+    }
 }
 
 /// Why an I/O queue Connect could not claim its qid.

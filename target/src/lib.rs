@@ -19,3 +19,4 @@ pub mod runtime;
 pub mod subsystem;
 pub mod target;
 pub mod tcp;
+pub mod visibility;

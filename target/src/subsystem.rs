@@ -14,6 +14,7 @@ use nvmf_common::types::{Cntlid, Nqn, Nsid};
 
 use crate::backend::Backend;
 use crate::controller::Controller;
+use crate::visibility::NsVisibility;
 
 /// Largest NSID a subsystem accepts (Identify Controller NN).
 pub const MAX_NAMESPACES: u32 = 1024;
@@ -42,6 +43,8 @@ pub struct Namespace {
     pub anagrpid: u32,
     /// Reservations; kept across a replacement of the namespace (resize, reconfigure).
     pub resv: Arc<crate::resv::Reservation>,
+    /// Which hosts see it (SPDK's masking); changed in place, see [`crate::visibility`].
+    pub visibility: NsVisibility,
     /// Set when the namespace is removed: a command that found it but has not run yet
     /// (waiting for its data) gets Invalid Namespace instead of reaching the backend.
     removed: std::sync::atomic::AtomicBool,
@@ -79,6 +82,7 @@ impl Namespace {
             instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
             anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
             resv: Arc::new(crate::resv::Reservation::new(None)),
+            visibility: NsVisibility::default(),
             removed: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -102,6 +106,18 @@ impl Namespace {
     pub fn with_anagrpid(mut self, grpid: u32) -> Self {
         self.anagrpid = grpid;
         self
+    }
+
+    /// The same namespace visible to every host, or (`auto_visible` false) to `hosts`.
+    pub fn with_visibility(mut self, auto_visible: bool, hosts: &[Nqn]) -> Self {
+        self.visibility = NsVisibility::new(auto_visible, hosts);
+        self
+    }
+
+    /// Whether `host` sees the namespace.
+    #[inline]
+    pub fn visible_to(&self, host: &Nqn) -> bool {
+        self.visibility.allows(host)
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -220,7 +236,7 @@ impl Subsystem {
             }
             map.insert(nsid.0, Arc::new(ns));
         }
-        self.notify_ns_changed(nsid);
+        self.notify_ns_changed(nsid, &|_| false);
         Ok(())
     }
 
@@ -231,7 +247,7 @@ impl Subsystem {
             // Before returning: no command executes on it from now on.
             n.removed.store(true, Ordering::Release);
             retire_namespace();
-            self.notify_ns_changed(nsid);
+            self.notify_ns_changed(nsid, &|h| n.visible_to(h));
         }
         ns
     }
@@ -254,7 +270,7 @@ impl Subsystem {
             std::mem::replace(slot, Arc::new(ns))
         };
         retire_namespace();
-        self.notify_ns_changed(nsid);
+        self.notify_ns_changed(nsid, &|h| old.visible_to(h));
         Ok(old)
     }
 
@@ -289,9 +305,39 @@ impl Subsystem {
             .collect()
     }
 
-    fn notify_ns_changed(&self, nsid: Nsid) {
+    /// Changes which hosts see namespace `nsid`, in place (no reopen, I/O goes on).
+    /// Only the controllers whose host gained or lost it get Namespace Attribute
+    /// Changed; returns how many. None: no such namespace.
+    pub fn set_visibility(&self, nsid: Nsid, auto_visible: bool, hosts: &[Nqn]) -> Option<usize> {
+        let ns = self.namespace(nsid)?;
+        let before: Vec<(Arc<Controller>, bool)> = self
+            .controllers()
+            .into_iter()
+            .map(|c| {
+                let saw = ns.visible_to(&c.hostnqn);
+                (c, saw)
+            })
+            .collect();
+        ns.visibility.set(auto_visible, hosts);
+        let mut notified = 0;
+        for (c, saw) in before {
+            if saw != ns.visible_to(&c.hostnqn) {
+                c.namespace_changed(nsid);
+                notified += 1;
+            }
+        }
+        Some(notified)
+    }
+
+    /// Tells the controllers whose host sees namespace `nsid` now, or saw it before
+    /// (`saw`), that it changed: a host that never sees it hears nothing.
+    fn notify_ns_changed(&self, nsid: Nsid, saw: &dyn Fn(&Nqn) -> bool) {
+        let now = self.namespace(nsid);
         for c in self.controllers() {
-            c.namespace_changed(nsid);
+            let sees = now.as_ref().is_some_and(|n| n.visible_to(&c.hostnqn));
+            if sees || saw(&c.hostnqn) {
+                c.namespace_changed(nsid);
+            }
         }
     }
 

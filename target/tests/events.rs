@@ -284,6 +284,7 @@ fn namespace_changes_are_announced_after_the_swap() {
         keyring: None,
         ceph_options: Vec::new(),
         create: Default::default(),
+        auto_visible: true,
     });
     assert_eq!(
         next(&mut rx, "namespace 2 added"),

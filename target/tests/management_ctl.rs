@@ -186,7 +186,11 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
             "namespace {nsid} lost:\n{s}"
         );
     }
-    assert_eq!(identity(port, 3), ids, "identity changed across SIGKILL + start");
+    assert_eq!(
+        identity(port, 3),
+        ids,
+        "identity changed across SIGKILL + start"
+    );
 
     // Roles follow a reload: the reader made an admin may change.
     let mut c = nvmf_common::config::Config::load(&cfg).unwrap_or_else(|e| panic!("{e}"));

@@ -12,6 +12,7 @@ status is 0 only if every check passed.
 """
 
 import base64
+import json
 import os
 import queue
 import re
@@ -309,6 +310,40 @@ def _():
     ADMIN.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=6,
                                                     delete_backing=True), timeout=TIMEOUT)
     assert not os.path.exists(path), "the created file is still there"
+
+
+@check("namespace_visibility")
+def _():
+    A, t = ADMIN, TIMEOUT
+    hidden = "nqn.2014-08.org.nvmexpress:uuid:0c0c0c0c-1111-2222-3333-777777777777"
+
+    def view(nsid):
+        st = json.loads(A.GetStatus(pb.GetStatusRequest(), timeout=t).view_json)
+        sub = [s for s in st["subsystems"] if s["nqn"] == SUB][0]
+        return [n for n in sub["namespaces"] if n["nsid"] == nsid][0]
+
+    A.AddNamespace(pb.AddNamespaceRequest(subsystem_nqn=SUB, device_path="ram:1M", nsid=30,
+                                          no_auto_visible=True), timeout=t)
+    assert view(30)["auto_visible"] is False and "visible_to" not in view(30)
+    ref = pb.NamespaceHostRef(subsystem_nqn=SUB, nsid=30, host_nqn=hidden)
+    r = A.AddNamespaceHost(ref, timeout=t)
+    assert r.changes == [f"subsystem {SUB}: namespace 30 now visible to {hidden}"], r
+    assert view(30)["visible_to"] == [hidden]
+    assert "auto_visible: false" in config_text() and hidden in config_text()
+    refused(lambda: A.AddNamespaceHost(ref, timeout=t), grpc.StatusCode.ALREADY_EXISTS)
+    before = config_text()
+    refused(lambda: A.AddNamespaceHost(pb.NamespaceHostRef(
+            subsystem_nqn=SUB, nsid=30, host_nqn="host-a"), timeout=t),
+            grpc.StatusCode.INVALID_ARGUMENT, starts="host_nqn:")
+    # Namespace 1 is visible to every host: its hosts cannot be chosen (as in SPDK).
+    refused(lambda: A.AddNamespaceHost(pb.NamespaceHostRef(
+            subsystem_nqn=SUB, nsid=1, host_nqn=hidden), timeout=t),
+            grpc.StatusCode.FAILED_PRECONDITION, contains="no-auto-visible")
+    assert config_text() == before, "the file changed"
+    A.RemoveNamespaceHost(ref, timeout=t)
+    assert "visible_to" not in view(30)
+    refused(lambda: A.RemoveNamespaceHost(ref, timeout=t), grpc.StatusCode.NOT_FOUND)
+    A.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=30), timeout=t)
 
 
 @check("two_clients_change_one_subsystem_at_once")

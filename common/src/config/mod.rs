@@ -38,6 +38,7 @@ pub mod spec;
 mod tcp;
 mod tls;
 mod validate;
+pub mod visibility;
 
 #[cfg(test)]
 mod tests;
@@ -430,6 +431,10 @@ fn yes() -> bool {
     true
 }
 
+fn is_true(v: &bool) -> bool {
+    *v
+}
+
 /// Ceph options whose value is a secret (`key`: the client's key itself). A namespace's
 /// `ceph_options` may not set them (a keyring file holds the key), and logs never show
 /// their values.
@@ -499,6 +504,19 @@ pub struct NamespaceConfig {
     /// --delete-backing` may delete it. Never set for a backing made by someone else.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub created: bool,
+    /// Whether every host that may connect sees the namespace (default true). False
+    /// (SPDK's `no_auto_visible`): only the hosts in `visible_to` see it; to the others
+    /// it is an inactive NSID. See [`visibility`].
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub auto_visible: bool,
+    /// With `auto_visible: false`, the host NQNs that see the namespace (SPDK's
+    /// `nvmf_ns_add_host`); refused on an auto-visible namespace.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "serde_util::nqn_list"
+    )]
+    pub visible_to: Vec<Nqn>,
 }
 
 impl NamespaceConfig {
@@ -519,6 +537,8 @@ impl NamespaceConfig {
             keyring: None,
             ceph_options: BTreeMap::new(),
             created: false,
+            auto_visible: true,
+            visible_to: Vec::new(),
         }
     }
 

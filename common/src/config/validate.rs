@@ -675,6 +675,9 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
             "an all-zero NGUID is not a namespace NGUID",
         );
     }
+    for (path, message) in super::visibility::check(ns, n) {
+        c.err(&path, message);
+    }
 }
 
 /// Checks a device path: `Some((kind, size))` for `ram:SIZE` and `null:SIZE`, `None`

@@ -141,7 +141,7 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
                 );
             }
             // An inactive NSID reads back as zeroes.
-            if let Some(ns) = ctrl.subsys.namespace(Nsid(nsid)) {
+            if let Some(ns) = ctrl.namespace(Nsid(nsid)) {
                 identify::namespace(&ns, &mut page);
             }
         }
@@ -151,7 +151,7 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
                     Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0)
                 );
             }
-            let ids = ctrl.subsys.active_nsids();
+            let ids = ctrl.active_nsids();
             nvmf_common::wire::identify::write_active_ns_list(
                 &mut page,
                 ids.into_iter().filter(|&i| i > nsid),
@@ -247,7 +247,8 @@ fn ana_log(ctrl: &Controller, rgo: bool) -> Vec<u8> {
     let chgcnt = port.chgcnt();
     let mut by_group: std::collections::BTreeMap<u32, Vec<u32>> = std::collections::BTreeMap::new();
     by_group.insert(ana::DEFAULT_GROUP, Vec::new());
-    for ns in ctrl.subsys.namespaces() {
+    // Only the namespaces its host sees, and the groups holding them.
+    for ns in ctrl.namespaces() {
         by_group.entry(ns.anagrpid).or_default().push(ns.nsid.0);
     }
     let groups: Vec<ana::AnaGroupDesc> = by_group

@@ -141,7 +141,7 @@ fn submit(
     let cmd = req.cmd();
     let op = cmd.opcode();
     if op == opcode::FLUSH && cmd.nsid() == Nsid::BROADCAST.0 {
-        let all = ctrl.subsys.namespaces();
+        let all = ctrl.namespaces();
         let mut n = 0;
         for ns in &all {
             ex.submit(ns, tag, IoOp::Flush).map_err(|e| e.status())?;

@@ -555,7 +555,7 @@ pub(crate) fn find_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, St
     if nsid == 0 || nsid == Nsid::BROADCAST.0 {
         return Err(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
     }
-    ctrl.subsys
-        .namespace(Nsid(nsid))
+    // A namespace its host may not see is, to it, inactive (SPDK: nvmf_ctrlr_get_ns).
+    ctrl.namespace(Nsid(nsid))
         .ok_or(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0))
 }

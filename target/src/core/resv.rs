@@ -138,7 +138,8 @@ pub(super) fn execute(ctrl: &Arc<Controller>, req: &mut Request) -> Result<(), S
             continue;
         }
         for c in ctrl.subsys.controllers() {
-            if c.hostid == h {
+            // A host that does not see the namespace gets no notice of it.
+            if c.hostid == h && ns.visible_to(&c.hostnqn) {
                 c.reservation_notice(ltype, ns.nsid.0);
             }
         }
@@ -180,13 +181,18 @@ pub(super) fn get_feature(
 
 fn namespaces(ctrl: &Controller, nsid: u32) -> Result<Vec<Arc<Namespace>>, Status> {
     if nsid == nvmf_common::types::Nsid::BROADCAST.0 {
-        return Ok(ctrl.subsys.namespaces());
+        return Ok(ctrl.namespaces());
     }
     super::find_ns(ctrl, nsid).map(|n| vec![n])
 }
 
 /// The Reservation Notification log page: the oldest pending notice, or an empty page.
 pub(super) fn notification_log(ctrl: &Controller) -> Vec<u8> {
-    let (count, ltype, left, nsid) = ctrl.take_reservation_notice();
-    resv::encode_notification(count, ltype, left, nsid)
+    loop {
+        let (count, ltype, left, nsid) = ctrl.take_reservation_notice();
+        // A notice queued before its namespace was hidden from this host is dropped.
+        if nsid == 0 || ctrl.namespace(nvmf_common::types::Nsid(nsid)).is_some() {
+            return resv::encode_notification(count, ltype, left, nsid);
+        }
+    }
 }

@@ -338,6 +338,8 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, String> {
 }
 
 /// `nvmf-target ctl` subcommands: every change, then the queries.
+// Parsed once per `ctl` run: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum CtlCommand {
     #[command(flatten)]

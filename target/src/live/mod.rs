@@ -39,7 +39,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use nvmf_common::config::{AnaGroupConfig, AnaState, Config, HostConfig, NamespaceConfig, TrType};
+use nvmf_common::config::{
+    AnaGroupConfig, AnaState, Config, HostConfig, NamespaceConfig, SubsystemConfig, TrType,
+};
 use nvmf_common::types::{Nqn, Nsid};
 
 use crate::params::PortInfo;
@@ -427,6 +429,16 @@ impl Live {
                         }
                     }
                 }
+                Step::NamespaceVisibility {
+                    nqn,
+                    nsid,
+                    auto_visible,
+                    hosts,
+                } => {
+                    if let Some(sub) = t.subsystem_by_name(&nqn) {
+                        sub.set_visibility(nsid, auto_visible, &hosts);
+                    }
+                }
                 Step::ReplaceNamespace { nqn, ns, change } => {
                     if let Some(sub) = t.subsystem_by_name(&nqn) {
                         let nsid = ns.nsid;
@@ -459,7 +471,9 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
         | Op::RemoveNs { nqn, .. }
         | Op::ResizeNs { nqn, .. }
         | Op::AddHost { nqn, .. }
-        | Op::RemoveHost { nqn, .. } => nqn,
+        | Op::RemoveHost { nqn, .. }
+        | Op::NsAddHost { nqn, .. }
+        | Op::NsRemoveHost { nqn, .. } => nqn,
         // Handled by `op::edit_topology` above.
         Op::AddSubsystem { .. }
         | Op::RemoveSubsystem { .. }
@@ -490,6 +504,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ceph_conf,
             client_id,
             keyring,
+            auto_visible,
             ..
         } => {
             let id = match nsid {
@@ -517,6 +532,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             ns.client_id.clone_from(client_id);
             ns.keyring.clone_from(keyring);
             ns.ceph_options = op.ceph_options();
+            ns.auto_visible = *auto_visible;
             sub.namespaces.push(ns);
         }
         Op::RemoveNs { nsid, .. } => {
@@ -555,6 +571,8 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
                 )));
             }
         }
+        Op::NsAddHost { nsid, host, .. } => ns_host(sub, Nsid(*nsid), host, true)?,
+        Op::NsRemoveHost { nsid, host, .. } => ns_host(sub, Nsid(*nsid), host, false)?,
         // Returned above: they name a host or a port, or change the topology.
         Op::SetHostKey { .. }
         | Op::SetAna { .. }
@@ -566,6 +584,43 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
         | Op::UnlinkSubsystem { .. } => {}
     }
     Ok(())
+}
+
+/// `ctl ns-add-host` / `ns-remove-host`: `host` joins or leaves the hosts that see
+/// namespace `nsid` (one added with --no-auto-visible, as SPDK requires).
+fn ns_host(sub: &mut SubsystemConfig, nsid: Nsid, host: &str, add: bool) -> Result<(), Refusal> {
+    let h = nvmf_common::config::visibility::check_host(host)
+        .map_err(|e| Refusal::invalid("host", e))?;
+    let nqn = sub.nqn.to_string();
+    let Some(ns) = sub.namespaces.iter_mut().find(|n| n.nsid == nsid) else {
+        return Err(Refusal::not_found(format!(
+            "subsystem {nqn} has no namespace {nsid}"
+        )));
+    };
+    if ns.auto_visible {
+        // SPDK refuses it too (EPERM): the namespace would silently turn private.
+        return Err(Refusal::from(format!(
+            "namespace {nsid} of {nqn} is visible to every host; add it with \
+             --no-auto-visible (auto_visible: false) to choose its hosts"
+        )));
+    }
+    let listed = ns.visible_to.contains(&h);
+    match (add, listed) {
+        (true, true) => Err(Refusal::exists(format!(
+            "namespace {nsid} of {nqn} is already visible to {host}"
+        ))),
+        (false, false) => Err(Refusal::not_found(format!(
+            "namespace {nsid} of {nqn} is not visible to {host}"
+        ))),
+        (true, false) => {
+            ns.visible_to.push(h);
+            Ok(())
+        }
+        (false, true) => {
+            ns.visible_to.retain(|x| *x != h);
+            Ok(())
+        }
+    }
 }
 
 /// `ctl set-host-key`: points the host's entry at new key files (creating the entry).

@@ -47,6 +47,11 @@ pub enum Op {
         #[command(flatten)]
         #[serde(flatten)]
         create: Create,
+        /// Visible only to the hosts added with ns-add-host (SPDK's --no-auto-visible);
+        /// by default every host that may connect sees it.
+        #[arg(long = "no-auto-visible", action = clap::ArgAction::SetFalse)]
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        auto_visible: bool,
     },
     /// Remove a namespace (its data stays unless --delete-backing).
     RemoveNs {
@@ -57,6 +62,20 @@ pub enum Op {
         #[arg(long)]
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         delete_backing: bool,
+    },
+    /// Let a host see a namespace added with --no-auto-visible (SPDK's
+    /// nvmf_ns_add_host); its connected controllers get Namespace Attribute Changed.
+    NsAddHost {
+        nqn: String,
+        nsid: u32,
+        host: String,
+    },
+    /// Hide a namespace added with --no-auto-visible from a host again (SPDK's
+    /// nvmf_ns_remove_host); to that host the NSID becomes inactive.
+    NsRemoveHost {
+        nqn: String,
+        nsid: u32,
+        host: String,
     },
     /// Add a subsystem (no namespaces, exported on no port until linked).
     AddSubsystem {
@@ -173,6 +192,7 @@ impl Op {
             keyring: None,
             ceph_options: Vec::new(),
             create: Create::default(),
+            auto_visible: true,
         }
     }
 
@@ -303,6 +323,14 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Refu
     Some(r)
 }
 
+fn yes() -> bool {
+    true
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
+}
+
 /// A key file path as the target must see it.
 fn absolute(p: PathBuf) -> PathBuf {
     std::path::absolute(&p).unwrap_or(p)
@@ -366,6 +394,7 @@ mod tests {
             keyring: None,
             ceph_options: vec![("rados_osd_op_timeout".into(), "30".into())],
             create: Create::default(),
+            auto_visible: true,
         };
         let j = serde_json::to_string(&op).unwrap();
         assert_eq!(
@@ -382,5 +411,59 @@ mod tests {
                 delete_backing: false,
             }
         );
+    }
+
+    /// `ctl ns-add-host NQN NSID HOSTNQN` and `add-ns --no-auto-visible`, on the command
+    /// line and on the wire.
+    #[test]
+    fn visibility_ops_parse_from_the_command_line() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(subcommand)]
+            op: Op,
+        }
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| c.op);
+        let op = parse(&[
+            "ctl",
+            "ns-add-host",
+            "nqn.2024-01.io.example:s",
+            "3",
+            "nqn.2024-01.io.example:h",
+        ]);
+        let want = Op::NsAddHost {
+            nqn: "nqn.2024-01.io.example:s".into(),
+            nsid: 3,
+            host: "nqn.2024-01.io.example:h".into(),
+        };
+        assert_eq!(op.ok(), Some(want.clone()));
+        let j = serde_json::to_string(&want).unwrap();
+        assert!(j.starts_with(r#"{"op":"ns-add-host""#), "{j}");
+        assert_eq!(serde_json::from_str::<Op>(&j).unwrap(), want);
+        assert!(matches!(
+            parse(&["ctl", "ns-remove-host", "n", "1", "h"]),
+            Ok(Op::NsRemoveHost { nsid: 1, .. })
+        ));
+        let add = parse(&["ctl", "add-ns", "n", "ram:1M", "--no-auto-visible"]).unwrap();
+        assert!(matches!(
+            add,
+            Op::AddNs {
+                auto_visible: false,
+                ..
+            }
+        ));
+        let j = serde_json::to_string(&add).unwrap();
+        assert!(j.contains(r#""auto_visible":false"#), "{j}");
+        // Absent on the wire: visible to every host, as before the field existed.
+        let old: Op =
+            serde_json::from_str(r#"{"op":"add-ns","nqn":"n","device_path":"ram:1M"}"#).unwrap();
+        assert_eq!(old, Op::add_ns("n", None, "ram:1M"));
+        assert!(matches!(
+            parse(&["ctl", "add-ns", "n", "ram:1M"]),
+            Ok(Op::AddNs {
+                auto_visible: true,
+                ..
+            })
+        ));
     }
 }

@@ -43,6 +43,14 @@ pub(super) enum Step {
         nqn: String,
         nsid: Nsid,
     },
+    /// Only which hosts see the namespace changed: applied in place (no reopen), the
+    /// hosts that gained or lost it are told.
+    NamespaceVisibility {
+        nqn: String,
+        nsid: Nsid,
+        auto_visible: bool,
+        hosts: Vec<Nqn>,
+    },
     /// Reconfigured or resized (`change` says which): swapped in one step.
     ReplaceNamespace {
         nqn: String,
@@ -304,6 +312,15 @@ fn plan_subsystem(
                     ns,
                 });
             }
+            Some(old_n) if old_n != *n && same_but_visibility(&old_n, n) => {
+                p.changes.extend(visibility_changes(&nqn, &old_n, n));
+                p.steps.push(Step::NamespaceVisibility {
+                    nqn: nqn.clone(),
+                    nsid: n.nsid,
+                    auto_visible: n.auto_visible,
+                    hosts: n.visible_to.clone(),
+                });
+            }
             Some(old_n) if old_n != *n => {
                 let ns = build()?;
                 p.changes.push(format!(
@@ -351,6 +368,36 @@ fn plan_subsystem(
         }
     }
     Ok(())
+}
+
+fn same_but_visibility(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    for n in [&mut a, &mut b] {
+        n.auto_visible = true;
+        n.visible_to.clear();
+    }
+    a == b
+}
+
+/// What a visibility change does, one line per host that gains or loses the namespace.
+fn visibility_changes(nqn: &str, o: &NamespaceConfig, n: &NamespaceConfig) -> Vec<String> {
+    let at = format!("subsystem {nqn}: namespace {}", n.nsid);
+    if n.auto_visible != o.auto_visible {
+        return vec![if n.auto_visible {
+            format!("{at} now visible to every host")
+        } else {
+            format!(
+                "{at} now visible only to {} listed host(s)",
+                n.visible_to.len()
+            )
+        }];
+    }
+    let gained = n.visible_to.iter().filter(|h| !o.visible_to.contains(h));
+    let lost = o.visible_to.iter().filter(|h| !n.visible_to.contains(h));
+    gained
+        .map(|h| format!("{at} now visible to {h}"))
+        .chain(lost.map(|h| format!("{at} no longer visible to {h}")))
+        .collect()
 }
 
 /// Whether the file, block device or RBD image backing `n` is now larger or smaller

@@ -61,6 +61,15 @@ pub struct NamespaceStatus {
     pub backend: String,
     pub size_bytes: u64,
     pub block_size: u32,
+    /// Every host sees it (SPDK's auto visibility); otherwise only `visible_to`.
+    #[serde(default = "yes")]
+    pub auto_visible: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub visible_to: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +135,8 @@ pub(super) fn collect(target: &Target, cfg: &Config, hooks: &dyn PortHooks) -> S
                         backend: n.backend.info().description.clone(),
                         size_bytes: n.size_bytes(),
                         block_size: n.block_size,
+                        auto_visible: n.visibility.auto_visible(),
+                        visible_to: n.visibility.hosts().iter().map(|h| h.to_string()).collect(),
                     })
                     .collect(),
                 controllers: controllers(s.controllers()),
@@ -176,11 +187,16 @@ impl std::fmt::Display for StatusView {
             };
             writeln!(f, "subsystem {} ({hosts})", s.nqn)?;
             for n in &s.namespaces {
-                writeln!(
+                write!(
                     f,
                     "  namespace {} {} ({}) {} bytes, {} B blocks",
                     n.nsid, n.device_path, n.backend, n.size_bytes, n.block_size
                 )?;
+                if n.auto_visible {
+                    writeln!(f)?;
+                } else {
+                    writeln!(f, ", visible to [{}]", n.visible_to.join(", "))?;
+                }
             }
             for c in &s.controllers {
                 writeln!(

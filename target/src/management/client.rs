@@ -138,6 +138,8 @@ impl Remote {
                     Call::LinkSubsystem(m) => c.link_subsystem(m).await?,
                     Call::UnlinkSubsystem(m) => c.unlink_subsystem(m).await?,
                     Call::SetAnaState(m) => c.set_ana_state(m).await?,
+                    Call::AddNamespaceHost(m) => c.add_namespace_host(m).await?,
+                    Call::RemoveNamespaceHost(m) => c.remove_namespace_host(m).await?,
                 }),
             })
         });

@@ -121,6 +121,20 @@ pub fn add_namespace(r: pb::AddNamespaceRequest) -> Result<Op, Status> {
         keyring: given(r.keyring).map(PathBuf::from),
         ceph_options: r.ceph_options.into_iter().collect(),
         create: create(r.create_size, r.reuse, r.rbd_features, r.rbd_data_pool)?,
+        auto_visible: !r.no_auto_visible,
+    })
+}
+
+/// AddNamespaceHost (`add`) or RemoveNamespaceHost.
+pub fn namespace_host(r: pb::NamespaceHostRef, add: bool) -> Result<Op, Status> {
+    let (nqn, nsid) = (nqn("subsystem_nqn", &r.subsystem_nqn)?, nsid(r.nsid)?);
+    let host = nvmf_common::config::visibility::check_host(&r.host_nqn)
+        .map_err(|e| invalid("host_nqn", e))?
+        .to_string();
+    Ok(if add {
+        Op::NsAddHost { nqn, nsid, host }
+    } else {
+        Op::NsRemoveHost { nqn, nsid, host }
     })
 }
 
@@ -254,6 +268,8 @@ pub enum Call {
     LinkSubsystem(pb::PortLink),
     UnlinkSubsystem(pb::PortLink),
     SetAnaState(pb::SetAnaStateRequest),
+    AddNamespaceHost(pb::NamespaceHostRef),
+    RemoveNamespaceHost(pb::NamespaceHostRef),
 }
 
 fn path_text(p: Option<PathBuf>) -> String {
@@ -272,6 +288,7 @@ impl From<Op> for Call {
                 keyring,
                 ceph_options,
                 create,
+                auto_visible,
             } => Call::AddNamespace(pb::AddNamespaceRequest {
                 subsystem_nqn: nqn,
                 device_path,
@@ -284,7 +301,20 @@ impl From<Op> for Call {
                 reuse: create.reuse,
                 rbd_features: create.rbd_features.unwrap_or_default(),
                 rbd_data_pool: create.rbd_data_pool.unwrap_or_default(),
+                no_auto_visible: !auto_visible,
             }),
+            Op::NsAddHost { nqn, nsid, host } => Call::AddNamespaceHost(pb::NamespaceHostRef {
+                subsystem_nqn: nqn,
+                nsid,
+                host_nqn: host,
+            }),
+            Op::NsRemoveHost { nqn, nsid, host } => {
+                Call::RemoveNamespaceHost(pb::NamespaceHostRef {
+                    subsystem_nqn: nqn,
+                    nsid,
+                    host_nqn: host,
+                })
+            }
             Op::RemoveNs {
                 nqn,
                 nsid,

@@ -138,6 +138,18 @@ impl Management for Service {
     ) -> Result<Response<pb::ChangeReply>, Status> {
         self.change(r, convert::resize_namespace).await
     }
+    async fn add_namespace_host(
+        &self,
+        r: Request<pb::NamespaceHostRef>,
+    ) -> Result<Response<pb::ChangeReply>, Status> {
+        self.change(r, |m| convert::namespace_host(m, true)).await
+    }
+    async fn remove_namespace_host(
+        &self,
+        r: Request<pb::NamespaceHostRef>,
+    ) -> Result<Response<pb::ChangeReply>, Status> {
+        self.change(r, |m| convert::namespace_host(m, false)).await
+    }
     async fn add_subsystem(
         &self,
         r: Request<pb::AddSubsystemRequest>,

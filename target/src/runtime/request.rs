@@ -548,7 +548,7 @@ impl<T: Transport> Runtime<T> {
             None => {
                 let nsid = slot.req.cmd().nsid();
                 looked_up = (nsid != 0 && nsid != Nsid::BROADCAST.0)
-                    .then(|| ctrl.subsys.namespace(Nsid(nsid)))
+                    .then(|| ctrl.namespace(Nsid(nsid)))
                     .flatten();
                 looked_up.as_ref()
             }
