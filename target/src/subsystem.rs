@@ -42,6 +42,8 @@ pub struct Namespace {
     pub anagrpid: u32,
     /// Reservations; kept across a replacement of the namespace (resize, reconfigure).
     pub resv: Arc<crate::resv::Reservation>,
+    /// QoS limits and per-group budgets; kept across a replacement, like `resv`.
+    pub qos: Arc<crate::qos::NsQos>,
     /// Set when the namespace is removed: a command that found it but has not run yet
     /// (waiting for its data) gets Invalid Namespace instead of reaching the backend.
     removed: std::sync::atomic::AtomicBool,
@@ -79,6 +81,7 @@ impl Namespace {
             instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
             anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
             resv: Arc::new(crate::resv::Reservation::new(None)),
+            qos: Arc::new(crate::qos::NsQos::default()),
             removed: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -95,6 +98,12 @@ impl Namespace {
         if ptpl_file.is_some() {
             self.resv = Arc::new(crate::resv::Reservation::new(ptpl_file));
         }
+        self
+    }
+
+    /// The same namespace with QoS `limits`.
+    pub fn with_qos(self, limits: &nvmf_common::config::QosConfig) -> Self {
+        self.qos.set(limits);
         self
     }
 
@@ -245,6 +254,9 @@ impl Subsystem {
             // Registrations and the reservation belong to the namespace, not to the
             // backend instance that serves it.
             ns.resv = old.resv.clone();
+            // So are the QoS budgets and counters; the new limits apply to them.
+            old.qos.set(&ns.qos.limits());
+            ns.qos = old.qos.clone();
         }
         let old = {
             let mut map = self.namespaces.write();

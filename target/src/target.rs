@@ -346,7 +346,8 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
         .unwrap_or_else(|| stable_id(subnqn.as_str(), n.nsid.0, 1));
     Ok(Namespace::new(n.nsid, backend, uuid, nguid)
         .with_anagrpid(n.anagrpid())
-        .with_ptpl_file(n.ptpl_file.clone()))
+        .with_ptpl_file(n.ptpl_file.clone())
+        .with_qos(&n.qos))
 }
 
 impl Target {

@@ -43,6 +43,12 @@ pub(super) enum Step {
         nqn: String,
         nsid: Nsid,
     },
+    /// Only the QoS limits changed: set live, the namespace stays open.
+    SetQos {
+        nqn: String,
+        nsid: Nsid,
+        qos: nvmf_common::config::QosConfig,
+    },
     /// Reconfigured or resized (`change` says which): swapped in one step.
     ReplaceNamespace {
         nqn: String,
@@ -302,6 +308,18 @@ fn plan_subsystem(
                 p.steps.push(Step::AddNamespace {
                     nqn: nqn.clone(),
                     ns,
+                });
+            }
+            Some(old_n) if old_n != *n && super::qos_op::only_qos_differs(&old_n, n) => {
+                p.changes.push(format!(
+                    "subsystem {nqn}: namespace {} QoS limits set ({})",
+                    n.nsid,
+                    super::qos_op::describe(&n.qos)
+                ));
+                p.steps.push(Step::SetQos {
+                    nqn: nqn.clone(),
+                    nsid: n.nsid,
+                    qos: n.qos,
                 });
             }
             Some(old_n) if old_n != *n => {

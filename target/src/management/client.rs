@@ -138,6 +138,7 @@ impl Remote {
                     Call::LinkSubsystem(m) => c.link_subsystem(m).await?,
                     Call::UnlinkSubsystem(m) => c.unlink_subsystem(m).await?,
                     Call::SetAnaState(m) => c.set_ana_state(m).await?,
+                    Call::SetNamespaceQos(m) => c.set_namespace_qos(m).await?,
                 }),
             })
         });
