@@ -48,10 +48,7 @@ fn connect(t: &LiveTarget, host: u8, queues: u16) -> Controller {
 fn load(
     ctrl: &Controller,
     queues: Vec<Queue>,
-    nsid: u32,
-    qd: usize,
-    bs: usize,
-    write: bool,
+    (nsid, qd, bs, write): (u32, usize, usize, bool),
     t0: Instant,
     stop: Arc<AtomicBool>,
 ) -> Vec<std::thread::JoinHandle<Vec<Duration>>> {
@@ -136,7 +133,7 @@ fn run_for(
     let queues = ctrl.take_io_queues();
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let threads = load(ctrl, queues, nsid, qd, bs, write, t0, stop.clone());
+    let threads = load(ctrl, queues, (nsid, qd, bs, write), t0, stop.clone());
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
     let mut all = Vec::new();
@@ -187,7 +184,13 @@ fn admin_queue_is_not_limited_while_io_is_throttled() {
     let mut c = connect(&t, 1, 2);
     let queues = c.take_io_queues();
     let stop = Arc::new(AtomicBool::new(false));
-    let threads = load(&c, queues, 1, 16, 4096, false, Instant::now(), stop.clone());
+    let threads = load(
+        &c,
+        queues,
+        (1, 16, 4096, false),
+        Instant::now(),
+        stop.clone(),
+    );
     std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
     for _ in 0..50 {
@@ -246,8 +249,8 @@ fn commands_of_a_queue_keep_their_order_behind_a_held_one() {
             None,
             Duration::from_secs(30),
         );
-        for i in 0..20usize {
-            io.submit_write(i as u64, 7, 1, &bufs[i], false)
+        for (i, b) in bufs.iter().enumerate().take(20) {
+            io.submit_write(i as u64, 7, 1, b, false)
                 .unwrap_or_else(|e| panic!("{e}"));
         }
     }
@@ -298,7 +301,7 @@ fn a_live_change_of_the_limit_applies_and_metrics_show_the_throttling() {
     let stop = Arc::new(AtomicBool::new(false));
     let times = Arc::new(Mutex::new(Vec::new()));
     let t0 = Instant::now();
-    let threads = load(&c, queues, 1, 8, 4096, false, t0, stop.clone());
+    let threads = load(&c, queues, (1, 8, 4096, false), t0, stop.clone());
     std::thread::sleep(Duration::from_millis(2500));
     let set = |v: u64| Op::SetQos {
         nqn: SUB.into(),
