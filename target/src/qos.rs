@@ -345,23 +345,6 @@ impl QosGroup {
         ok
     }
 
-    /// When state `i`'s buckets are out of debt again (monotonic ns), at most one
-    /// rebalance period ahead so a changed limit is seen: held commands are not
-    /// retried before (a neighbour's passes stay cheap).
-    pub fn ready_at(&self, i: usize, now: u64) -> u64 {
-        let Some(st) = self.states.get(i) else {
-            return now;
-        };
-        let wait = st
-            .buckets
-            .iter()
-            .filter(|b| b.limit != 0 && b.tokens < 0.0 && b.rate > 0.0)
-            .map(|b| (-b.tokens / b.rate * NS_PER_SEC) as u64)
-            .max()
-            .unwrap_or(0);
-        now.saturating_add(wait.min(REBALANCE_PERIOD_NS))
-    }
-
     /// A command of state `i` costing `cost` is held.
     pub fn hold(&mut self, i: usize, cost: &Cost) {
         if let Some(st) = self.states.get_mut(i) {

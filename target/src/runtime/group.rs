@@ -87,9 +87,6 @@ pub struct Runtime<T: Transport> {
     pub(super) waiters: VecDeque<(u16, u16, u16)>,
     /// Queues holding commands for QoS: (queue, generation) ([`super::throttle`]).
     pub(super) held_queues: Vec<(u16, u16)>,
-    /// Held commands are not retried before this (the pass clock): the earliest time
-    /// a bucket they wait for is out of debt.
-    pub(super) held_retry_ns: u64,
     /// The group's QoS budgets per limited namespace.
     pub(super) qos: crate::qos::QosGroup,
     /// Shutting down: new capsules are not executed.
@@ -157,7 +154,6 @@ pub fn spawn<T: Transport>(
         next_gen: 1,
         waiters: VecDeque::new(),
         held_queues: Vec::new(),
-        held_retry_ns: 0,
         qos: crate::qos::QosGroup::default(),
         draining: false,
         stop: stop.clone(),

@@ -56,12 +56,6 @@ impl<T: Transport> Runtime<T> {
                 return self.proceed(t, qi, si);
             }
             self.qos.hold(i, &cost);
-            let at = self.qos.ready_at(i, now);
-            self.held_retry_ns = if queue_clear && self.held_queues.is_empty() {
-                at
-            } else {
-                self.held_retry_ns.min(at)
-            };
         }
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
@@ -82,10 +76,6 @@ impl<T: Transport> Runtime<T> {
     pub(super) fn retry_held(&mut self, t: &mut T) -> usize {
         let now = self.now_ns;
         let draining = self.draining();
-        if now < self.held_retry_ns && !draining {
-            return 0;
-        }
-        let mut retry_at = u64::MAX;
         let mut done = 0;
         let mut i = 0;
         while let Some(&(qi, gen)) = self.held_queues.get(i) {
@@ -113,7 +103,6 @@ impl<T: Transport> Runtime<T> {
                 let limited = qos.as_ref().is_some_and(|(_, on)| *on) && !draining;
                 if let (Some(si_), true) = (state, limited) {
                     if !self.qos.try_admit(si_, &cost, now) {
-                        retry_at = retry_at.min(self.qos.ready_at(si_, now));
                         i += 1;
                         break;
                     }
@@ -131,7 +120,6 @@ impl<T: Transport> Runtime<T> {
                 self.proceed(t, qi, si);
             }
         }
-        self.held_retry_ns = retry_at;
         done
     }
 
