@@ -13,6 +13,7 @@ pub mod live;
 pub mod management;
 pub mod metrics;
 pub mod params;
+pub mod qos;
 pub mod rdma;
 pub mod resv;
 pub mod runtime;

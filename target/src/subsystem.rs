@@ -45,6 +45,8 @@ pub struct Namespace {
     pub resv: Arc<crate::resv::Reservation>,
     /// Which hosts see it (SPDK's masking); changed in place, see [`crate::visibility`].
     pub visibility: NsVisibility,
+    /// QoS limits and per-group budgets; kept across a replacement, like `resv`.
+    pub qos: Arc<crate::qos::NsQos>,
     /// Set when the namespace is removed: a command that found it but has not run yet
     /// (waiting for its data) gets Invalid Namespace instead of reaching the backend.
     removed: std::sync::atomic::AtomicBool,
@@ -83,6 +85,7 @@ impl Namespace {
             anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
             resv: Arc::new(crate::resv::Reservation::new(None)),
             visibility: NsVisibility::default(),
+            qos: Arc::new(crate::qos::NsQos::default()),
             removed: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -99,6 +102,12 @@ impl Namespace {
         if ptpl_file.is_some() {
             self.resv = Arc::new(crate::resv::Reservation::new(ptpl_file));
         }
+        self
+    }
+
+    /// The same namespace with QoS `limits`.
+    pub fn with_qos(self, limits: &nvmf_common::config::QosConfig) -> Self {
+        self.qos.set(limits);
         self
     }
 
@@ -261,6 +270,9 @@ impl Subsystem {
             // Registrations and the reservation belong to the namespace, not to the
             // backend instance that serves it.
             ns.resv = old.resv.clone();
+            // So are the QoS budgets and counters; the new limits apply to them.
+            old.qos.set(&ns.qos.limits());
+            ns.qos = old.qos.clone();
         }
         let old = {
             let mut map = self.namespaces.write();

@@ -342,7 +342,8 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
     Ok(Namespace::new(n.nsid, backend, uuid, nguid)
         .with_anagrpid(n.anagrpid())
         .with_ptpl_file(n.ptpl_file.clone())
-        .with_visibility(n.auto_visible, &n.visible_to))
+        .with_visibility(n.auto_visible, &n.visible_to)
+        .with_qos(&n.qos))
 }
 
 impl Target {

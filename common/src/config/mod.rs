@@ -32,6 +32,7 @@ mod hosts;
 mod locate;
 mod management;
 mod metrics;
+mod qos;
 mod rdma;
 mod serde_util;
 pub mod spec;
@@ -61,6 +62,7 @@ use error::{KeyPath, Seg};
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
+pub use qos::{QosConfig, QOS_KEYS, QOS_KINDS, QOS_MAX_BYTES_PER_SEC, QOS_MAX_IOS_PER_SEC};
 pub use rdma::{RdmaConfig, RDMA_DEFAULT_SRQ_DEPTH, RDMA_SRQ_DEPTH_RANGE};
 pub use tcp::TcpConfig;
 pub use tls::{PortTls, Treq, Tsas};
@@ -517,6 +519,9 @@ pub struct NamespaceConfig {
         with = "serde_util::nqn_list"
     )]
     pub visible_to: Vec<Nqn>,
+    /// Rate limits (SPDK's `bdev_set_qos_limit`); all 0 (the default): unlimited.
+    #[serde(default, skip_serializing_if = "QosConfig::is_unlimited")]
+    pub qos: QosConfig,
 }
 
 impl NamespaceConfig {
@@ -539,6 +544,7 @@ impl NamespaceConfig {
             created: false,
             auto_visible: true,
             visible_to: Vec::new(),
+            qos: QosConfig::default(),
         }
     }
 

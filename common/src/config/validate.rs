@@ -666,6 +666,9 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
         }
     }
 
+    if let Err((key, why)) = ns.qos.check() {
+        c.err(&n.key("qos").key(key), why);
+    }
     if ns.uuid.is_some_and(|u| u.is_nil()) {
         c.err(&n.key("uuid"), "the nil UUID is not a namespace UUID");
     }

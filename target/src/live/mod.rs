@@ -28,6 +28,7 @@ pub mod hooks;
 mod op;
 mod plan;
 mod provision;
+mod qos_op;
 pub mod rdma_hooks;
 pub mod refusal;
 pub mod status;
@@ -439,6 +440,12 @@ impl Live {
                         sub.set_visibility(nsid, auto_visible, &hosts);
                     }
                 }
+                Step::SetQos { nqn, nsid, qos } => {
+                    // Live: the poll groups pick the limits up; no host notice.
+                    if let Some(n) = t.subsystem_by_name(&nqn).and_then(|s| s.namespace(nsid)) {
+                        n.qos.set(&qos);
+                    }
+                }
                 Step::ReplaceNamespace { nqn, ns, change } => {
                     if let Some(sub) = t.subsystem_by_name(&nqn) {
                         let nsid = ns.nsid;
@@ -492,6 +499,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
             grpid,
             state,
         } => return set_ana(cfg, *portid, *grpid, *state),
+        Op::SetQos { .. } => return qos_op::set_qos(cfg, op),
     };
     let key = Nqn::new(nqn.clone()).map_err(|e| Refusal::invalid("nqn", e))?;
     let Some(sub) = cfg.subsystems.iter_mut().find(|s| s.nqn == key) else {
@@ -576,6 +584,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
         // Returned above: they name a host or a port, or change the topology.
         Op::SetHostKey { .. }
         | Op::SetAna { .. }
+        | Op::SetQos { .. }
         | Op::AddSubsystem { .. }
         | Op::RemoveSubsystem { .. }
         | Op::AddPort { .. }

@@ -151,6 +151,36 @@ pub enum Op {
         #[serde(default)]
         clear_ctrl_key: bool,
     },
+    /// Set a namespace's QoS limits live (0 = unlimited; limits not given stay as
+    /// they are). Held commands are never refused, they wait in their poll group.
+    SetQos {
+        nqn: String,
+        nsid: u32,
+        /// Commands per second, reads, writes and other I/O together.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rw_ios: Option<u64>,
+        /// Read commands per second.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        r_ios: Option<u64>,
+        /// Write commands per second.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        w_ios: Option<u64>,
+        /// Bytes read and written per second.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rw_bytes: Option<u64>,
+        /// Bytes read per second.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        r_bytes: Option<u64>,
+        /// Bytes written per second.
+        #[arg(long)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        w_bytes: Option<u64>,
+    },
 }
 
 /// `add-ns`: creating the backing (a sparse file or an RBD image) instead of exporting

@@ -51,6 +51,12 @@ pub(super) enum Step {
         auto_visible: bool,
         hosts: Vec<Nqn>,
     },
+    /// Only the QoS limits changed: set live, the namespace stays open.
+    SetQos {
+        nqn: String,
+        nsid: Nsid,
+        qos: nvmf_common::config::QosConfig,
+    },
     /// Reconfigured or resized (`change` says which): swapped in one step.
     ReplaceNamespace {
         nqn: String,
@@ -312,14 +318,29 @@ fn plan_subsystem(
                     ns,
                 });
             }
-            Some(old_n) if old_n != *n && same_but_visibility(&old_n, n) => {
-                p.changes.extend(visibility_changes(&nqn, &old_n, n));
-                p.steps.push(Step::NamespaceVisibility {
-                    nqn: nqn.clone(),
-                    nsid: n.nsid,
-                    auto_visible: n.auto_visible,
-                    hosts: n.visible_to.clone(),
-                });
+            // Only who sees it and its limits changed: both apply in place (no reopen).
+            Some(old_n) if old_n != *n && same_but_visibility_and_qos(&old_n, n) => {
+                if !same_but_visibility(&old_n, n) {
+                    p.changes.extend(visibility_changes(&nqn, &old_n, n));
+                    p.steps.push(Step::NamespaceVisibility {
+                        nqn: nqn.clone(),
+                        nsid: n.nsid,
+                        auto_visible: n.auto_visible,
+                        hosts: n.visible_to.clone(),
+                    });
+                }
+                if old_n.qos != n.qos {
+                    p.changes.push(format!(
+                        "subsystem {nqn}: namespace {} QoS limits set ({})",
+                        n.nsid,
+                        super::qos_op::describe(&n.qos)
+                    ));
+                    p.steps.push(Step::SetQos {
+                        nqn: nqn.clone(),
+                        nsid: n.nsid,
+                        qos: n.qos,
+                    });
+                }
             }
             Some(old_n) if old_n != *n => {
                 let ns = build()?;
@@ -370,6 +391,14 @@ fn plan_subsystem(
     Ok(())
 }
 
+/// Whether `a` and `b` differ at most in visibility and QoS limits.
+fn same_but_visibility_and_qos(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+    let mut a = a.clone();
+    a.qos = b.qos;
+    same_but_visibility(&a, b)
+}
+
+/// Whether `a` and `b` differ at most in visibility (QoS counts as a difference).
 fn same_but_visibility(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     let (mut a, mut b) = (a.clone(), b.clone());
     for n in [&mut a, &mut b] {

@@ -239,6 +239,7 @@ pub fn render(prev: &Snapshot, cur: &Snapshot) -> String {
         secs,
         |k: &(String, u32)| (k.0.clone(), format!("{:>5} ", k.1)),
     );
+    qos_table(&mut out, prev, cur, secs);
     let hosts = |s: &Snapshot| by(s, |k| Some(k.host.clone()));
     table(
         &mut out,
@@ -253,6 +254,57 @@ pub fn render(prev: &Snapshot, cur: &Snapshot) -> String {
         },
     );
     out
+}
+
+/// Namespaces with QoS limits: the limits, commands held per second, the mean
+/// number held over the interval (throttled time / interval) and held now.
+fn qos_table(out: &mut String, prev: &Snapshot, cur: &Snapshot, secs: f64) {
+    if cur.qos.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{:<NAME_WIDTH$}  nsid  held/s  avg-held  queued  limits",
+        "QOS"
+    );
+    for q in &cur.qos {
+        let p = prev
+            .qos
+            .iter()
+            .find(|p| p.subsystem == q.subsystem && p.nsid == q.nsid);
+        let d = |f: fn(&crate::qos::QosStats) -> u64| {
+            f(&q.stats).saturating_sub(p.map_or(0, |p| f(&p.stats))) as f64
+        };
+        let (held, waited) = if secs > 0.0 {
+            (
+                d(|s| s.throttled_commands) / secs,
+                d(|s| s.throttled_ns) / NS_PER_SEC / secs,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        let limits: Vec<String> = nvmf_common::config::QOS_KEYS
+            .iter()
+            .zip(q.stats.limits.as_array())
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{}={v}", k.trim_end_matches("_per_sec")))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<NAME_WIDTH$} {:>5} {:>7.0} {:>9.1} {:>7}  {}",
+            short(&q.subsystem),
+            q.nsid,
+            held,
+            waited,
+            q.stats.queued,
+            if limits.is_empty() {
+                "unlimited".to_string()
+            } else {
+                limits.join(" ")
+            }
+        );
+    }
+    let _ = writeln!(out);
 }
 
 fn fetch(target: &mut Endpoint) -> Result<Snapshot, String> {

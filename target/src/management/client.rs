@@ -140,6 +140,7 @@ impl Remote {
                     Call::SetAnaState(m) => c.set_ana_state(m).await?,
                     Call::AddNamespaceHost(m) => c.add_namespace_host(m).await?,
                     Call::RemoveNamespaceHost(m) => c.remove_namespace_host(m).await?,
+                    Call::SetNamespaceQos(m) => c.set_namespace_qos(m).await?,
                 }),
             })
         });

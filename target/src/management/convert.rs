@@ -253,6 +253,19 @@ pub fn set_ana_state(r: pb::SetAnaStateRequest) -> Result<Op, Status> {
     })
 }
 
+pub fn set_namespace_qos(r: pb::SetNamespaceQosRequest) -> Result<Op, Status> {
+    Ok(Op::SetQos {
+        nqn: nqn("subsystem_nqn", &r.subsystem_nqn)?,
+        nsid: nsid(r.nsid)?,
+        rw_ios: r.rw_ios_per_sec,
+        r_ios: r.r_ios_per_sec,
+        w_ios: r.w_ios_per_sec,
+        rw_bytes: r.rw_bytes_per_sec,
+        r_bytes: r.r_bytes_per_sec,
+        w_bytes: r.w_bytes_per_sec,
+    })
+}
+
 /// One remote call, built from an [`Op`] (the client's half of the mapping above).
 pub enum Call {
     AddNamespace(pb::AddNamespaceRequest),
@@ -270,6 +283,7 @@ pub enum Call {
     SetAnaState(pb::SetAnaStateRequest),
     AddNamespaceHost(pb::NamespaceHostRef),
     RemoveNamespaceHost(pb::NamespaceHostRef),
+    SetNamespaceQos(pb::SetNamespaceQosRequest),
 }
 
 fn path_text(p: Option<PathBuf>) -> String {
@@ -393,6 +407,25 @@ impl From<Op> for Call {
                 grpid,
                 state: pb_ana_state(state).into(),
             }),
+            Op::SetQos {
+                nqn,
+                nsid,
+                rw_ios,
+                r_ios,
+                w_ios,
+                rw_bytes,
+                r_bytes,
+                w_bytes,
+            } => Call::SetNamespaceQos(pb::SetNamespaceQosRequest {
+                subsystem_nqn: nqn,
+                nsid,
+                rw_ios_per_sec: rw_ios,
+                r_ios_per_sec: r_ios,
+                w_ios_per_sec: w_ios,
+                rw_bytes_per_sec: rw_bytes,
+                r_bytes_per_sec: r_bytes,
+                w_bytes_per_sec: w_bytes,
+            }),
         }
     }
 }
@@ -488,6 +521,9 @@ pub fn namespace_stats(s: &Snapshot, subsystem: &str, nsid: u32) -> Vec<pb::Name
                 writes: zero(),
                 other: zero(),
                 errors: 0,
+                qos_throttled_ns: 0,
+                qos_throttled_commands: 0,
+                qos_queued: 0,
             };
             ((sub.clone(), *n), v)
         })
@@ -508,6 +544,13 @@ pub fn namespace_stats(s: &Snapshot, subsystem: &str, nsid: u32) -> Vec<pb::Name
             }
         }
         e.errors += cell.errors.iter().map(|(_, n)| n).sum::<u64>();
+    }
+    for q in &s.qos {
+        if let Some(e) = by_ns.get_mut(&(q.subsystem.clone(), q.nsid)) {
+            e.qos_throttled_ns = q.stats.throttled_ns;
+            e.qos_throttled_commands = q.stats.throttled_commands;
+            e.qos_queued = q.stats.queued;
+        }
     }
     by_ns.into_values().collect()
 }

@@ -201,6 +201,12 @@ impl Management for Service {
     ) -> Result<Response<pb::ChangeReply>, Status> {
         self.change(r, |r| convert::link(r, false)).await
     }
+    async fn set_namespace_qos(
+        &self,
+        r: Request<pb::SetNamespaceQosRequest>,
+    ) -> Result<Response<pb::ChangeReply>, Status> {
+        self.change(r, convert::set_namespace_qos).await
+    }
     async fn set_ana_state(
         &self,
         r: Request<pb::SetAnaStateRequest>,

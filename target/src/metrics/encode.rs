@@ -15,6 +15,7 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry as PromRegistry;
 
+use nvmf_common::config::QOS_KEYS;
 use nvmf_common::wire::status::Sct;
 
 use super::cell::{bucket_bound_seconds, ClassSnapshot, CLASSES, CLASS_NAMES, CLASS_READ};
@@ -393,6 +394,67 @@ impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> std::fmt::Result {
         self.encode_io(&mut enc)?;
         self.encode_controllers(&mut enc)?;
+        self.encode_qos(&mut enc)?;
         self.encode_groups(&mut enc)
+    }
+}
+
+impl SnapshotCollector {
+    /// Per-namespace QoS: limits, time and commands held, commands held now.
+    fn encode_qos(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        if self.0.qos.is_empty() {
+            return Ok(());
+        }
+        let ns_labels = |q: &super::QosRow| -> Labels {
+            vec![
+                ("subsystem", q.subsystem.clone()),
+                ("nsid", q.nsid.to_string()),
+            ]
+        };
+        let mut e = enc.encode_descriptor(
+            "namespace_qos_limit",
+            "QoS limit of a namespace (per second; 0: unlimited).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for q in &self.0.qos {
+            for (key, v) in QOS_KEYS.iter().zip(q.stats.limits.as_array()) {
+                let mut l = ns_labels(q);
+                l.push(("limit", (*key).to_string()));
+                gauge(&mut e, &l, v)?;
+            }
+        }
+        let mut e = enc.encode_descriptor(
+            "namespace_qos_throttled_seconds",
+            "Time commands of the namespace spent held for its QoS limits, summed over commands.",
+            None,
+            MetricType::Counter,
+        )?;
+        for q in &self.0.qos {
+            counter_f(
+                &mut e,
+                &ns_labels(q),
+                q.stats.throttled_ns as f64 / NS_PER_SEC,
+            )?;
+        }
+        let mut e = enc.encode_descriptor(
+            "namespace_qos_throttled_commands",
+            "Commands of the namespace held for its QoS limits.",
+            None,
+            MetricType::Counter,
+        )?;
+        for q in &self.0.qos {
+            counter(&mut e, &ns_labels(q), q.stats.throttled_commands)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "namespace_qos_queued_commands",
+            "Commands of the namespace held for its QoS limits now.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for q in &self.0.qos {
+            gauge(&mut e, &ns_labels(q), q.stats.queued)?;
+        }
+        Ok(())
     }
 }

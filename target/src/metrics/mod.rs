@@ -191,6 +191,17 @@ pub struct Snapshot {
     pub events: Vec<(EventKey, u64)>,
     /// Every namespace served, as (subsystem, nsid), so idle ones show too.
     pub namespaces: Vec<(String, u32)>,
+    /// Namespaces with QoS limits (or held commands in the past): limits and counters.
+    #[serde(default)]
+    pub qos: Vec<QosRow>,
+}
+
+/// The QoS limits and counters of one namespace, summed over poll groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosRow {
+    pub subsystem: String,
+    pub nsid: u32,
+    pub stats: crate::qos::QosStats,
 }
 
 /// Takes a [`Snapshot`] of `target`.
@@ -202,11 +213,20 @@ pub fn snapshot(target: &Target) -> Snapshot {
     };
     let mut controllers = Vec::new();
     let mut namespaces = Vec::new();
+    let mut qos = Vec::new();
     let mut subsystems = target.subsystems();
     subsystems.push(target.discovery.clone());
     for s in &subsystems {
         for n in s.namespaces() {
             namespaces.push((s.nqn.to_string(), n.nsid.0));
+            let stats = n.qos.stats();
+            if n.qos.is_enabled() || stats.throttled_commands > 0 {
+                qos.push(QosRow {
+                    subsystem: s.nqn.to_string(),
+                    nsid: n.nsid.0,
+                    stats,
+                });
+            }
         }
         for c in s.controllers() {
             if c.is_dead() {
@@ -234,6 +254,7 @@ pub fn snapshot(target: &Target) -> Snapshot {
             .map(|(k, v)| (k.clone(), *v))
             .collect(),
         namespaces,
+        qos,
     }
 }
 

@@ -44,6 +44,8 @@ use crate::target::Target;
 pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(200);
 /// Longest sleep, so timers (keep-alive, stalls) run.
 const MAX_SLEEP_MS: u16 = 20;
+/// Longest sleep while commands wait for QoS budget (the admission resolution).
+const THROTTLED_SLEEP_MS: u16 = 1;
 /// How often queues are checked for dead controllers, keep-alive and stalls.
 pub const TIMER_PERIOD: Duration = Duration::from_millis(20);
 /// On shutdown, how long commands already in flight get to complete and be answered.
@@ -83,6 +85,10 @@ pub struct Runtime<T: Transport> {
     pub(super) next_gen: u16,
     /// Commands waiting for a pool buffer, oldest first: (queue, generation, slot).
     pub(super) waiters: VecDeque<(u16, u16, u16)>,
+    /// Queues holding commands for QoS: (queue, generation) ([`super::throttle`]).
+    pub(super) held_queues: Vec<(u16, u16)>,
+    /// The group's QoS budgets per limited namespace.
+    pub(super) qos: crate::qos::QosGroup,
     /// Shutting down: new capsules are not executed.
     pub(super) draining: bool,
     /// The group's stop flag: set when the shutdown begins.
@@ -147,6 +153,8 @@ pub fn spawn<T: Transport>(
         queues: Vec::new(),
         next_gen: 1,
         waiters: VecDeque::new(),
+        held_queues: Vec::new(),
+        qos: crate::qos::QosGroup::default(),
         draining: false,
         stop: stop.clone(),
         epoll,
@@ -225,7 +233,12 @@ fn run<T: Transport>(
             }
             if block && work == 0 {
                 bump(&rt.stats.sleeps, 1);
-                work += rt.wait_events(&mut t, EpollTimeout::from(MAX_SLEEP_MS));
+                let sleep = if rt.has_held() {
+                    THROTTLED_SLEEP_MS
+                } else {
+                    MAX_SLEEP_MS
+                };
+                work += rt.wait_events(&mut t, EpollTimeout::from(sleep));
                 // The clock moved while asleep (timers, the adaptive spin window).
                 let woke_ns = stats::mono_ns();
                 idle_ns += woke_ns.saturating_sub(now_ns);
@@ -237,6 +250,9 @@ fn run<T: Transport>(
         }
         work += rt.reap_backends(&mut t, &mut reaped);
         rt.serve_events(&mut t);
+        if rt.has_held() {
+            work += rt.retry_held(&mut t);
+        }
         if !rt.waiters.is_empty() {
             rt.retry_waiters(&mut t);
         }
@@ -390,6 +406,9 @@ impl<T: Transport> Runtime<T> {
             self.kill(t, qi, "controller is gone", true);
         }
         t.timers(self, now);
+        if self.qos.is_active() {
+            self.qos.rebalance(self.now_ns);
+        }
         if self.now_ns >= self.next_watch_ns {
             self.next_watch_ns = self.now_ns.saturating_add(super::watch::WATCH_PERIOD_NS);
             self.watch(self.now_ns);
@@ -417,6 +436,7 @@ impl<T: Transport> Runtime<T> {
                         matches!(
                             s.state,
                             ReqState::NeedBuffer
+                                | ReqState::Throttled
                                 | ReqState::TransferringHostToController
                                 | ReqState::Executing
                                 | ReqState::TransferringControllerToHost
@@ -437,6 +457,9 @@ impl<T: Transport> Runtime<T> {
             self.ex.now = Instant::now();
             let mut n = t.poll(self, true);
             n += self.reap_backends(t, reaped);
+            // Held commands go on without their budget: they are answered in the drain.
+            self.now_ns = super::stats::mono_ns();
+            n += self.retry_held(t);
             self.retry_waiters(t);
             self.ex.flush();
             t.flush(self);

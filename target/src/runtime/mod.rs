@@ -39,6 +39,7 @@ pub mod ports;
 pub mod request;
 pub mod sgl;
 pub mod stats;
+mod throttle;
 pub mod watch;
 
 use std::time::Instant;

@@ -54,6 +54,9 @@ pub enum ReqState {
     Executing,
     /// An Asynchronous Event Request waiting for an event.
     Held,
+    /// Waiting for its namespace's QoS budget, or behind a command of its queue that
+    /// does ([`super::throttle`]).
+    Throttled,
     /// Data and response handed to the transport; waiting for it to finish.
     TransferringControllerToHost,
 }
@@ -73,6 +76,8 @@ pub struct Slot<S> {
     pub since: u64,
     /// Reported as stuck already (once per command).
     pub reported: bool,
+    /// Counted as held by its namespace's QoS state ([`super::throttle`]).
+    pub qos_held: bool,
     pub t: S,
 }
 
@@ -86,6 +91,7 @@ impl<S: Default> Slot<S> {
             start: 0,
             since: 0,
             reported: false,
+            qos_held: false,
             t: S::default(),
         }
     }
@@ -105,6 +111,9 @@ pub struct Queue<T: Transport> {
     /// Metrics cells of this queue's controller, per namespace instance (0: commands
     /// without a namespace); found once, then used without a lock.
     cells: Vec<(u64, Arc<IoCell>)>,
+    /// Commands held for QoS, in arrival order: once one waits, every later command
+    /// of the queue waits behind it (never reordered).
+    pub(super) held: std::collections::VecDeque<u16>,
     pub t: T::Queue,
 }
 
@@ -146,7 +155,10 @@ impl InCapsule<'_> {
 
 /// Queue `qi` of `queues` (a field-level borrow, so the runtime's other fields stay
 /// usable beside it).
-fn queue_at<T: Transport>(queues: &mut [Option<Queue<T>>], qi: u16) -> Option<&mut Queue<T>> {
+pub(super) fn queue_at<T: Transport>(
+    queues: &mut [Option<Queue<T>>],
+    qi: u16,
+) -> Option<&mut Queue<T>> {
     queues.get_mut(usize::from(qi)).and_then(Option::as_mut)
 }
 
@@ -162,6 +174,7 @@ impl<T: Transport> Runtime<T> {
             dead: false,
             icd: None,
             cells: Vec::new(),
+            held: std::collections::VecDeque::new(),
             t: tq,
         };
         let qi = match self.queues.iter().position(Option::is_none) {
@@ -291,7 +304,7 @@ impl<T: Transport> Runtime<T> {
         slot.host = host;
         let plan = slot.req.plan;
         match (plan.dir, host) {
-            (_, _) if plan.len == 0 => self.execute(t, qi, si),
+            (_, _) if plan.len == 0 => {}
             (DataDir::HostToCtrl, HostData::InCapsule { offset, len }) => {
                 let data = match icd {
                     InCapsule::Registered { offset: base, .. } => T::in_capsule_buffer(&q.t)
@@ -314,42 +327,58 @@ impl<T: Transport> Runtime<T> {
                     }
                 };
                 match data {
-                    Some(d) => {
-                        slot.req.data = Some(d);
-                        self.execute(t, qi, si)
-                    }
+                    Some(d) => slot.req.data = Some(d),
                     None => {
                         warn!(qid = %q.ctx.qid, "no memory for in-capsule data");
                         slot.req
                             .fail(Status::generic_retryable(generic::INTERNAL_ERROR));
-                        self.complete(t, qi, si)
+                        return self.complete(t, qi, si);
                     }
                 }
             }
             (
                 DataDir::HostToCtrl | DataDir::CtrlToHost,
                 HostData::Transport { .. } | HostData::Keyed { .. },
-            ) => {
-                watch::enter(slot, ReqState::NeedBuffer, now, &self.stats.states);
-                let gen = q.gen;
-                if self.waiters.is_empty() {
-                    self.start_data(t, qi, si);
-                } else {
-                    // Buffers go to commands in arrival order.
-                    self.waiters.push_back((qi, gen, si));
-                }
-            }
+            ) => {}
             (DataDir::CtrlToHost, _) => {
                 // Read data travels by the fabric (C2HData, RDMA WRITE), never in a capsule.
                 slot.req.fail(sgl::sgl_type_invalid());
-                self.complete(t, qi, si)
+                return self.complete(t, qi, si);
             }
             (DataDir::HostToCtrl | DataDir::None, _) => {
                 slot.req.fail(
                     Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID).at(sqe::offset::DPTR, 0),
                 );
-                self.complete(t, qi, si)
+                return self.complete(t, qi, si);
             }
+        }
+        // Unlimited namespaces on a queue with nothing held: one flag, then on.
+        if !q.held.is_empty() || slot.req.namespace().is_some_and(|n| n.qos.is_enabled()) {
+            return self.admit_or_hold(t, qi, si);
+        }
+        self.proceed(t, qi, si)
+    }
+
+    /// A parsed command that may run now: executes it (no data, or in-capsule data
+    /// already in place) or gets its buffer and host data first.
+    pub(super) fn proceed(&mut self, t: &mut T, qi: u16, si: u16) {
+        let now = self.now_ns;
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
+        let gen = q.gen;
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        if slot.req.plan.len == 0 || slot.req.data.is_some() {
+            return self.execute(t, qi, si);
+        }
+        watch::enter(slot, ReqState::NeedBuffer, now, &self.stats.states);
+        if self.waiters.is_empty() {
+            self.start_data(t, qi, si);
+        } else {
+            // Buffers go to commands in arrival order.
+            self.waiters.push_back((qi, gen, si));
         }
     }
 
@@ -671,6 +700,7 @@ impl<T: Transport> Runtime<T> {
         }
         t.close(self, qi, why, linger);
         bump(&self.stats.closed, 1);
+        self.drop_held(qi);
         let Some(q) = self.queue_mut(qi) else { return };
         q.dead = true;
         q.ctx.teardown();

@@ -47,7 +47,7 @@ fn watched_index(s: ReqState) -> Option<usize> {
         ReqState::TransferringHostToController => Some(1),
         ReqState::Executing => Some(2),
         ReqState::TransferringControllerToHost => Some(3),
-        ReqState::Free | ReqState::New | ReqState::Held => None,
+        ReqState::Free | ReqState::New | ReqState::Held | ReqState::Throttled => None,
     }
 }
 
@@ -180,6 +180,7 @@ fn state_name(s: ReqState) -> &'static str {
         .unwrap_or(match s {
             ReqState::New => "new",
             ReqState::Held => "held",
+            ReqState::Throttled => "throttled",
             _ => "free",
         })
 }
@@ -196,7 +197,11 @@ impl<T: Transport> Runtime<T> {
             let mut q_oldest = 0u64;
             let mut outstanding = 0usize;
             for s in &mut q.slots {
-                if matches!(s.state, ReqState::Free | ReqState::Held) {
+                // Held AERs wait by design, throttled commands by the operator's limit.
+                if matches!(
+                    s.state,
+                    ReqState::Free | ReqState::Held | ReqState::Throttled
+                ) {
                     continue;
                 }
                 let age = now.saturating_sub(s.start);
