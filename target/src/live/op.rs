@@ -168,16 +168,16 @@ pub enum Op {
         #[arg(long)]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         w_ios: Option<u64>,
-        /// Bytes read and written per second.
-        #[arg(long)]
+        /// Bytes read and written per second (K/M/G/T suffixes).
+        #[arg(long, value_parser = parse_size_arg)]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rw_bytes: Option<u64>,
-        /// Bytes read per second.
-        #[arg(long)]
+        /// Bytes read per second (K/M/G/T suffixes).
+        #[arg(long, value_parser = parse_size_arg)]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         r_bytes: Option<u64>,
-        /// Bytes written per second.
-        #[arg(long)]
+        /// Bytes written per second (K/M/G/T suffixes).
+        #[arg(long, value_parser = parse_size_arg)]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         w_bytes: Option<u64>,
     },
