@@ -109,7 +109,7 @@ fn python_grpcio_client_drives_every_operation_and_is_refused_where_it_must_be()
     assert!(failed.is_empty(), "failed checks: {failed:#?}");
     let summary = lines.last().cloned().unwrap_or_default();
     assert!(
-        status.success() && summary == "SUMMARY passed=14 failed=0",
+        status.success() && summary == "SUMMARY passed=15 failed=0",
         "the script: {status}, last line {summary:?}"
     );
     drop(server);

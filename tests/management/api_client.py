@@ -346,6 +346,31 @@ def _():
     A.RemoveNamespace(pb.RemoveNamespaceRequest(subsystem_nqn=SUB, nsid=30), timeout=t)
 
 
+@check("namespace_qos")
+def _():
+    A, t = ADMIN, TIMEOUT
+    r = A.SetNamespaceQos(pb.SetNamespaceQosRequest(subsystem_nqn=SUB, nsid=1,
+                                                    rw_ios_per_sec=50000), timeout=t)
+    assert any("QoS limits set" in c and "rw_ios_per_sec=50000" in c for c in r.changes), r
+    assert "rw_ios_per_sec: 50000" in config_text()
+    stats = A.GetNamespaceStats(pb.GetNamespaceStatsRequest(subsystem_nqn=SUB, nsid=1),
+                                timeout=t)
+    assert len(stats.namespaces) == 1 and stats.namespaces[0].qos_queued == 0, stats
+    before = config_text()
+    refused(lambda: A.SetNamespaceQos(pb.SetNamespaceQosRequest(
+            subsystem_nqn=SUB, nsid=1, r_ios_per_sec=10 ** 12), timeout=t),
+            grpc.StatusCode.INVALID_ARGUMENT, contains="r_ios")
+    refused(lambda: A.SetNamespaceQos(pb.SetNamespaceQosRequest(
+            subsystem_nqn=SUB, nsid=99, rw_ios_per_sec=1), timeout=t), grpc.StatusCode.NOT_FOUND)
+    refused(lambda: READER.SetNamespaceQos(pb.SetNamespaceQosRequest(
+            subsystem_nqn=SUB, nsid=1, rw_ios_per_sec=1), timeout=t),
+            grpc.StatusCode.PERMISSION_DENIED)
+    assert config_text() == before, "the file changed"
+    A.SetNamespaceQos(pb.SetNamespaceQosRequest(subsystem_nqn=SUB, nsid=1, rw_ios_per_sec=0),
+                      timeout=t)
+    assert "rw_ios_per_sec" not in config_text()
+
+
 @check("two_clients_change_one_subsystem_at_once")
 def _():
     other = stub("admin")

@@ -320,7 +320,7 @@ fn plan_subsystem(
             }
             // Only who sees it and its limits changed: both apply in place (no reopen).
             Some(old_n) if old_n != *n && same_but_visibility_and_qos(&old_n, n) => {
-                if !same_but_visibility(&old_n, n) {
+                if old_n.auto_visible != n.auto_visible || old_n.visible_to != n.visible_to {
                     p.changes.extend(visibility_changes(&nqn, &old_n, n));
                     p.steps.push(Step::NamespaceVisibility {
                         nqn: nqn.clone(),

@@ -108,7 +108,9 @@ impl<T: Transport> Runtime<T> {
             // Namespaces whose first held command could not go this pass.
             let mut blocked: Vec<u32> = Vec::new();
             for si in held {
-                let Some(q) = self.live_queue(qi, gen) else { break };
+                let Some(q) = self.live_queue(qi, gen) else {
+                    break;
+                };
                 let Some(slot) = q.slots.get(usize::from(si)) else {
                     continue;
                 };
