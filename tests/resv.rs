@@ -241,6 +241,37 @@ fn preempt_moves_the_reservation_and_tells_the_preempted() {
     }
 }
 
+/// The holder preempting another registrant's key removes that registrant and keeps
+/// its reservation as it is; preempting its own key changes the type (nvmet's
+/// nvmet_pr_preempt, NVMe Base 2.0 "Preempting a Reservation").
+#[test]
+fn the_holder_preempting_another_key_unregisters_it_and_keeps_the_reservation() {
+    let t = start_yaml(&yaml(""));
+    let (mut a, mut b) = (Host::new(&t, 1), Host::new(&t, 2));
+    assert!(a.register(0xA).is_success());
+    assert!(b.register(0xB).is_success());
+    let ro = ResvType::WriteExclusiveRegistrantsOnly;
+    assert!(a.acquire(acq::ACQUIRE, ro, 0xA, 0).is_success());
+    assert!(a
+        .acquire(acq::PREEMPT, ResvType::ExclusiveAccess, 0xA, 0xB)
+        .is_success());
+    assert_eq!(b.notice(), (log_type::REGISTRATION_PREEMPTED, 1));
+    let (_, rtype, _, regs) = a.report();
+    assert_eq!(rtype, ro as u8, "the reservation's type changed");
+    assert_eq!(
+        regs.len(),
+        1,
+        "the preempted registrant is still registered"
+    );
+    assert!(conflict(b.io(Access::Write)), "an unregistered host wrote");
+    // Its own key: the holder changes the type of its reservation.
+    assert!(a
+        .acquire(acq::PREEMPT, ResvType::ExclusiveAccess, 0xA, 0xA)
+        .is_success());
+    let (_, rtype, _, regs) = a.report();
+    assert_eq!((rtype, regs.len()), (ResvType::ExclusiveAccess as u8, 1));
+}
+
 #[test]
 fn notification_mask_suppresses_a_type() {
     let t = start_yaml(&yaml(""));

@@ -320,13 +320,9 @@ impl Reservation {
         let holder = s.holder;
         let holder_key =
             holder.and_then(|h| s.registrants.iter().find(|r| r.hostid == h).map(|r| r.rkey));
-        if holder.as_ref() == Some(host) {
-            if held != t {
-                self.set_holder(s, *host, t);
-                Self::tell_others(s, host, log_type::RESERVATION_RELEASED, out);
-            }
-            return Ok(());
-        }
+        // PRKEY naming the holder's key preempts the reservation (the holder itself too:
+        // a type change); any other PRKEY only removes the registrants holding that key,
+        // the holder's own request included (nvmet_pr_preempt does the same).
         if holder_key == Some(prkey) {
             self.set_holder(s, *host, t);
             let victims: Vec<HostId> = s
