@@ -361,6 +361,7 @@ impl<T: Transport> Runtime<T> {
 
     /// A parsed command that may run now: executes it (no data, or in-capsule data
     /// already in place) or gets its buffer and host data first.
+    #[inline]
     pub(super) fn proceed(&mut self, t: &mut T, qi: u16, si: u16) {
         let now = self.now_ns;
         let Some(q) = queue_at(&mut self.queues, qi) else {
