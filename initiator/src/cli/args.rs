@@ -267,6 +267,11 @@ pub struct PerfArgs {
     /// Seed for offsets and verify stamps.
     #[arg(long, default_value_t = perf::DEFAULT_SEED)]
     pub seed: u64,
+    /// How long a polling thread spins without a completion before it sleeps ("1ms",
+    /// "0": sleep at once). Spinning answers sooner; sleeping leaves the CPU to others,
+    /// e.g. a second perf throttled by the target's QoS on the same CPU.
+    #[arg(long = "idle-spin", default_value = "1ms", value_parser = parse_duration)]
+    pub idle_spin: Duration,
     #[arg(long = "output-format", value_enum, default_value = "normal")]
     pub output_format: OutputFormat,
     /// Write an SVG with the latency histogram and IOPS over time.

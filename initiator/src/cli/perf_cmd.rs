@@ -86,6 +86,7 @@ pub fn perf_options(s: &JobSettings, progress: bool) -> PerfOptions {
         nsid: s.nsid.map_or(d.nsid, Nsid),
         seed: s.randseed.unwrap_or(d.seed),
         progress,
+        idle_spin: d.idle_spin,
     }
 }
 
@@ -93,6 +94,10 @@ pub fn perf_options(s: &JobSettings, progress: bool) -> PerfOptions {
 /// reconnected. Job file sections share `s`: a loopback target (and a RAM namespace's
 /// data) lives from the first section to the last, as a real target would.
 fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32), CliError> {
+    let opts = &PerfOptions {
+        idle_spin: a.idle_spin,
+        ..opts.clone()
+    };
     let policy = reconnect_args::policy(a.conn.ctrl_loss_tmo, a.conn.reconnect_delay)?;
     // A CPU this process may not run on is refused before anything connects (the run
     // plans its threads again; the mask does not change in between).

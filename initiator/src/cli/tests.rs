@@ -108,6 +108,15 @@ fn parses_nvme_cli_and_fio_flags() {
         Cli::try_parse_from(["nvmf-initiator", "perf", "-t", "loopback", "--runtime", "x"])
             .is_err()
     );
+    assert!(Cli::try_parse_from([
+        "nvmf-initiator",
+        "perf",
+        "-t",
+        "loopback",
+        "--idle-spin",
+        "-1"
+    ])
+    .is_err());
     let c = Cli::try_parse_from([
         "nvmf-initiator",
         "write",

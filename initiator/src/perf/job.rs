@@ -48,15 +48,25 @@ pub(super) const SPIN_TIME: Duration = Duration::from_millis(1);
 pub(super) const WAIT_SLICE: Duration = Duration::from_millis(1);
 /// How often the loop checks the clock-driven conditions.
 pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
-/// A polling loop's idle time: it spins for [`SPIN_TIME`] after the last completion,
-/// then blocks; while spinning it reads the clock once in [`IDLE_CLOCK_EVERY`] passes.
-#[derive(Default)]
+/// A polling loop's idle time: it spins for its spin time ([`SPIN_TIME`] by default,
+/// perf's `--idle-spin`) after the last completion, then blocks; while spinning it reads
+/// the clock once in [`IDLE_CLOCK_EVERY`] passes.
 pub(super) struct IdleSpin {
+    spin: Duration,
     since: Option<Instant>,
     passes: u32,
 }
 
 impl IdleSpin {
+    /// A loop that spins for `spin` before it blocks (zero: blocks at once).
+    pub(super) fn new(spin: Duration) -> IdleSpin {
+        IdleSpin {
+            spin,
+            since: None,
+            passes: 0,
+        }
+    }
+
     /// A pass that did work.
     pub(super) fn busy(&mut self) {
         self.since = None;
@@ -66,13 +76,16 @@ impl IdleSpin {
     /// A pass that did nothing: whether the loop has spun long enough to block (the
     /// spin starts over after it).
     pub(super) fn idle(&mut self) -> bool {
+        if self.spin.is_zero() {
+            return true;
+        }
         self.passes = self.passes.wrapping_add(1);
         if self.since.is_some() && !self.passes.is_multiple_of(IDLE_CLOCK_EVERY) {
             return false;
         }
         let now = Instant::now();
         let since = *self.since.get_or_insert(now);
-        if now.duration_since(since) < SPIN_TIME {
+        if now.duration_since(since) < self.spin {
             return false;
         }
         self.busy();
@@ -115,6 +128,8 @@ pub struct JobConfig {
     pub region_start: u64,
     pub units: u64,
     pub iodepth: u32,
+    /// How long the polling loop spins without a completion before it blocks.
+    pub idle_spin: Duration,
     /// Stop after one pass over the region (size-based run without a runtime).
     pub one_pass: bool,
     pub verify: bool,
@@ -499,6 +514,11 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
         self.job.cfg.index
     }
 
+    /// How long its polling loop spins before it blocks.
+    pub fn idle_spin(&self) -> Duration {
+        self.job.cfg.idle_spin
+    }
+
     /// What the job measured (after [`Step::Done`]).
     pub fn finish(self) -> JobOutcome {
         let mut job = self.job;
@@ -526,7 +546,7 @@ pub fn run_job<Q: IoQueue>(
     recovery: Option<Recovery<'_>>,
 ) -> Result<JobOutcome, Error> {
     let mut runner = JobRunner::new(q, cfg, bufs, progress, stop, recovery)?;
-    let mut spin = IdleSpin::default();
+    let mut spin = IdleSpin::new(cfg.idle_spin);
     loop {
         match runner.step() {
             Step::Done => break,

@@ -86,6 +86,10 @@ pub struct PerfOptions {
     pub seed: u64,
     /// Draw a live progress line on stderr (only when it is a terminal).
     pub progress: bool,
+    /// How long a polling thread spins without a completion before it blocks
+    /// (`--idle-spin`); zero blocks at once, for a host that must leave its CPU to others
+    /// while its commands wait in the target.
+    pub idle_spin: Duration,
 }
 
 impl Default for PerfOptions {
@@ -105,6 +109,7 @@ impl Default for PerfOptions {
             nsid: Nsid(1),
             seed: DEFAULT_SEED,
             progress: false,
+            idle_spin: job::SPIN_TIME,
         }
     }
 }
@@ -299,6 +304,7 @@ pub fn run_recovering<Q: IoQueue>(
             region_start: u64::from(i) * region_blocks,
             units: units_per_job,
             iodepth: o.iodepth,
+            idle_spin: o.idle_spin,
             one_pass: o.runtime.is_none(),
             verify: o.verify,
             verify_alg: o.verify_alg,

@@ -307,3 +307,21 @@ fn a_cpu_outside_the_affinity_mask_is_refused() {
         other => panic!("{:?}", other.map(|r| r.format_normal())),
     }
 }
+
+/// `--idle-spin 0`: the loop blocks at the first idle pass (and still completes every
+/// command, verified); the default spins first.
+#[test]
+fn a_zero_idle_spin_blocks_at_once_and_loses_nothing() {
+    let mut zero = super::job::IdleSpin::new(Duration::ZERO);
+    assert!(zero.idle(), "zero spin blocks at the first idle pass");
+    let mut spin = super::job::IdleSpin::new(super::job::SPIN_TIME);
+    assert!(!spin.idle(), "the default spins before it blocks");
+
+    let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 1);
+    let mut o = opts(Rw::RandWrite);
+    o.verify = true;
+    o.idle_spin = Duration::ZERO;
+    let r = run(&c, &mut qs, &o).unwrap();
+    assert!(!r.failed(), "{}", r.format_normal());
+    assert!(r.write.ios > 0, "{}", r.format_normal());
+}

@@ -22,7 +22,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::cpus::pin_current_thread;
-use super::job::{IdleSpin, JobConfig, JobOutcome, JobProgress, JobRunner, Step, WAIT_SLICE};
+use super::job::{
+    IdleSpin, JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_SLICE,
+};
 use crate::error::Error;
 use crate::ioqueue::IoQueue;
 use crate::requeue::Recovery;
@@ -69,7 +71,8 @@ pub(super) fn poll_jobs<Q: IoQueue>(
             Err(e) => out.push((index, Err(e))),
         }
     }
-    let mut spin = IdleSpin::default();
+    // The jobs of one run share their options.
+    let mut spin = IdleSpin::new(active.first().map_or(SPIN_TIME, |r| r.idle_spin()));
     let mut next_wait = 0usize;
     while !active.is_empty() {
         let mut busy = false;
@@ -193,6 +196,7 @@ mod tests {
             region_start: u64::from(index) * 8 * 1024,
             units: 1024,
             iodepth: DEPTH,
+            idle_spin: SPIN_TIME,
             one_pass: false,
             verify: false,
             verify_alg: VerifyAlg::default(),

@@ -87,6 +87,8 @@ pub struct Runtime<T: Transport> {
     pub(super) waiters: VecDeque<(u16, u16, u16)>,
     /// Queues holding commands for QoS: (queue, generation) ([`super::throttle`]).
     pub(super) held_queues: Vec<(u16, u16)>,
+    /// When held commands are next retried, and the retry pass's buffers.
+    pub(super) held_pass: super::throttle::HeldPass,
     /// The group's QoS budgets per limited namespace.
     pub(super) qos: crate::qos::QosGroup,
     /// Shutting down: new capsules are not executed.
@@ -154,6 +156,7 @@ pub fn spawn<T: Transport>(
         next_gen: 1,
         waiters: VecDeque::new(),
         held_queues: Vec::new(),
+        held_pass: Default::default(),
         qos: crate::qos::QosGroup::default(),
         draining: false,
         stop: stop.clone(),

@@ -8,9 +8,12 @@
 //! namespace; commands for other namespaces go on (as SPDK's per-bdev QoS queues do:
 //! NVMe promises no order between commands, and a Linux host shares its queues among
 //! all namespaces, so holding them too would make an unlimited neighbour pay for a
-//! limited one). Each pass the group retries every queue's FIFO in order, the first
-//! command of each namespace that cannot go stopping the later ones of that
-//! namespace ([`Runtime::retry_held`]); nothing is refused for rate. The admin queue
+//! limited one). The group retries every queue's FIFO in order, the first command of
+//! each namespace that cannot go stopping the later ones of that namespace
+//! ([`Runtime::retry_held`]); nothing is refused for rate. Budgets refill with time, not
+//! with passes, so the retry runs at most once per [`HELD_RETRY_NS`] (SPDK retries its
+//! QoS queues once per 1 ms timeslice): a limited namespace's held commands must not
+//! cost the group's other queues a walk on every pass. The admin queue
 //! is never limited, and a shutdown lets held commands through so they are answered
 //! within the drain.
 
@@ -21,6 +24,31 @@ use super::Transport;
 use crate::core::Request;
 use crate::qos::{Cost, IoClass};
 use nvmf_common::wire::nvm;
+
+/// The shortest time between two retries of the held commands.
+pub(super) const HELD_RETRY_NS: u64 = 100_000;
+
+/// When the held commands are next retried, and the retry pass's buffers (kept, so a
+/// pass allocates nothing).
+#[derive(Default)]
+pub(crate) struct HeldPass {
+    /// Monotonic time (ns) before which a pass does not retry (0: at once).
+    retry_at: u64,
+    /// Slots that go on, of the queue being retried.
+    go: Vec<u16>,
+    /// Namespaces whose first held command could not go, in the queue being retried.
+    blocked: Vec<u32>,
+}
+
+/// What a retry pass does with one held command.
+enum Fate {
+    /// Still over budget (or behind one of its namespace that is): back in the FIFO.
+    Stay,
+    /// Admitted: it goes on.
+    Go,
+    /// Its slot is gone: dropped from the FIFO.
+    Gone,
+}
 
 /// What `req` costs against its namespace's limits.
 fn cost_of(req: &Request) -> Cost {
@@ -91,10 +119,16 @@ impl<T: Transport> Runtime<T> {
 
     /// Lets held commands through, in each queue's order, while their budgets allow;
     /// the first of a namespace that cannot go keeps the later ones of that namespace.
-    /// Returns how many went on.
+    /// Runs at most once per [`HELD_RETRY_NS`], except while draining. Returns how
+    /// many went on.
     pub(super) fn retry_held(&mut self, t: &mut T) -> usize {
         let now = self.now_ns;
         let draining = self.draining();
+        if !draining && now < self.held_pass.retry_at {
+            return 0;
+        }
+        let mut go = std::mem::take(&mut self.held_pass.go);
+        let mut blocked = std::mem::take(&mut self.held_pass.blocked);
         let mut done = 0;
         let mut i = 0;
         while let Some(&(qi, gen)) = self.held_queues.get(i) {
@@ -102,65 +136,88 @@ impl<T: Transport> Runtime<T> {
                 self.held_queues.swap_remove(i);
                 continue;
             };
-            let held = std::mem::take(&mut q.held);
-            let mut keep = std::collections::VecDeque::with_capacity(held.len());
-            let mut go = Vec::new();
-            // Namespaces whose first held command could not go this pass.
-            let mut blocked: Vec<u32> = Vec::new();
-            for si in held {
-                let Some(q) = self.live_queue(qi, gen) else {
+            go.clear();
+            blocked.clear();
+            // Each held command once, in order: back to the tail if it stays.
+            for _ in 0..q.held.len() {
+                let Some(si) = self.live_queue(qi, gen).and_then(|q| q.held.pop_front()) else {
                     break;
                 };
-                let Some(slot) = q.slots.get(usize::from(si)) else {
-                    continue;
-                };
-                let nsid = nsid_of(&slot.req);
-                if blocked.contains(&nsid) {
-                    keep.push_back(si);
-                    continue;
-                }
-                let cost = cost_of(&slot.req);
-                let (counted, since) = (slot.qos_held, slot.since);
-                let qos = slot
-                    .req
-                    .namespace()
-                    .filter(|n| n.qos.is_enabled() || slot.qos_held)
-                    .map(|n| (n.qos.clone(), n.qos.is_enabled()));
-                let state = qos.as_ref().map(|(qs, _)| self.qos.state(qs, now));
-                let limited = qos.as_ref().is_some_and(|(_, on)| *on) && !draining;
-                if let (Some(st), true) = (state, limited) {
-                    if !self.qos.try_admit(st, &cost, now) {
-                        blocked.push(nsid);
-                        keep.push_back(si);
-                        continue;
+                match self.held_fate(qi, gen, si, now, draining, &mut blocked) {
+                    Fate::Stay => {
+                        if let Some(q) = self.live_queue(qi, gen) {
+                            q.held.push_back(si);
+                        }
                     }
+                    Fate::Go => go.push(si),
+                    Fate::Gone => {}
                 }
-                if let (Some(st), true) = (state, counted) {
-                    self.qos.unhold(st, &cost, now.saturating_sub(since));
-                }
-                if let Some(s) = self
-                    .live_queue(qi, gen)
-                    .and_then(|q| q.slots.get_mut(usize::from(si)))
-                {
-                    s.qos_held = false;
-                }
-                go.push(si);
             }
-            let emptied = keep.is_empty();
-            if let Some(q) = self.live_queue(qi, gen) {
-                q.held = keep;
-            }
+            let emptied = self.live_queue(qi, gen).is_none_or(|q| q.held.is_empty());
             if emptied {
                 self.held_queues.swap_remove(i);
             } else {
                 i += 1;
             }
-            for si in go {
+            for &si in &go {
                 done += 1;
                 self.proceed(t, qi, si);
             }
         }
+        self.held_pass.go = go;
+        self.held_pass.blocked = blocked;
+        self.held_pass.retry_at = now.saturating_add(HELD_RETRY_NS);
         done
+    }
+
+    /// What becomes of held slot `si` of queue `qi` this pass: it stays when its
+    /// namespace is already `blocked` or its budget does not admit it (then the
+    /// namespace is blocked for the rest of the queue). A slot that goes leaves the
+    /// held counts.
+    fn held_fate(
+        &mut self,
+        qi: u16,
+        gen: u16,
+        si: u16,
+        now: u64,
+        draining: bool,
+        blocked: &mut Vec<u32>,
+    ) -> Fate {
+        let Some(slot) = self
+            .live_queue(qi, gen)
+            .and_then(|q| q.slots.get(usize::from(si)))
+        else {
+            return Fate::Gone;
+        };
+        let nsid = nsid_of(&slot.req);
+        if blocked.contains(&nsid) {
+            return Fate::Stay;
+        }
+        let cost = cost_of(&slot.req);
+        let (counted, since) = (slot.qos_held, slot.since);
+        let qos = slot
+            .req
+            .namespace()
+            .filter(|n| n.qos.is_enabled() || slot.qos_held)
+            .map(|n| (n.qos.clone(), n.qos.is_enabled()));
+        let state = qos.as_ref().map(|(qs, _)| self.qos.state(qs, now));
+        let limited = qos.as_ref().is_some_and(|(_, on)| *on) && !draining;
+        if let (Some(st), true) = (state, limited) {
+            if !self.qos.try_admit(st, &cost, now) {
+                blocked.push(nsid);
+                return Fate::Stay;
+            }
+        }
+        if let (Some(st), true) = (state, counted) {
+            self.qos.unhold(st, &cost, now.saturating_sub(since));
+        }
+        if let Some(s) = self
+            .live_queue(qi, gen)
+            .and_then(|q| q.slots.get_mut(usize::from(si)))
+        {
+            s.qos_held = false;
+        }
+        Fate::Go
     }
 
     /// Queue `qi` ends: its held commands leave their namespaces' counts.
