@@ -8,6 +8,7 @@ pub mod core;
 pub mod durable;
 pub mod events;
 pub mod fastmap;
+pub mod group;
 pub mod limits;
 pub mod live;
 pub mod management;

@@ -28,6 +28,7 @@
 
 mod ana;
 mod error;
+mod group;
 mod hosts;
 mod locate;
 mod management;
@@ -59,6 +60,7 @@ use crate::types::{Cntlid, Nqn, Nsid};
 pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
+pub use group::{GatewayGroupConfig, GroupState, GROUP_NAME_MAX, GROUP_OWNED_KEYS};
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
@@ -687,6 +689,9 @@ pub struct Config {
     /// The remote management API ([`ManagementConfig`]); None: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub management: Option<ManagementConfig>,
+    /// Membership of a gateway group ([`GatewayGroupConfig`]); None: standalone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_group: Option<GatewayGroupConfig>,
     #[serde(skip)]
     source: Option<Arc<Source>>,
 }
@@ -701,6 +706,7 @@ impl PartialEq for Config {
             && self.hosts == other.hosts
             && self.metrics == other.metrics
             && self.management == other.management
+            && self.gateway_group == other.gateway_group
     }
 }
 
@@ -851,6 +857,7 @@ impl Config {
             hosts: Vec::new(),
             metrics: None,
             management: None,
+            gateway_group: None,
             source: Some(Arc::new(Source {
                 origin: COMMAND_LINE_ORIGIN.to_string(),
                 text: None,

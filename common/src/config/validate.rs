@@ -71,6 +71,12 @@ pub(super) fn validate(
     );
     check_metrics(&mut c, config, &root.key("metrics"));
     check_management(&mut c, config, &root.key("management"));
+    if let Some(g) = &config.gateway_group {
+        let k = root.key("gateway_group");
+        for (key, why) in g.problems() {
+            c.err(&k.key(key), why);
+        }
+    }
 
     check_hosts(&mut c, config, &root.key("hosts"));
     check_ana(&mut c, config);

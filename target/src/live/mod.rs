@@ -24,6 +24,7 @@
 //! Lock order: `running`, then `file`.
 
 pub mod ctl;
+mod group;
 pub mod hooks;
 mod op;
 mod plan;
@@ -35,16 +36,18 @@ pub mod status;
 pub mod top;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
 use nvmf_common::config::{
-    AnaGroupConfig, AnaState, Config, HostConfig, NamespaceConfig, SubsystemConfig, TrType,
+    AnaGroupConfig, AnaState, Config, GroupState, HostConfig, NamespaceConfig, SubsystemConfig,
+    TrType,
 };
 use nvmf_common::types::{Nqn, Nsid};
 
+use crate::group::GroupLink;
 use crate::params::PortInfo;
 use crate::runtime::PortError;
 use crate::subsystem::MAX_NAMESPACES;
@@ -97,6 +100,23 @@ pub struct Live {
     /// The config file's bytes as the target last read or wrote them (None: not
     /// known to match the running configuration; live changes wait for a reload).
     file: Mutex<Option<Vec<u8>>>,
+    /// The gateway group this target is a gateway of: then the group's state, not
+    /// the file, holds subsystems, hosts and ports ([`crate::group`]).
+    group: OnceLock<Arc<GroupLink>>,
+}
+
+/// Where a change is stored before it is applied.
+enum Save<'a> {
+    /// The config file and its bytes now.
+    File(&'a Path, Vec<u8>),
+    /// The group: the version the change was planned on, the state read then, and the
+    /// state to store.
+    Group {
+        link: &'a GroupLink,
+        expect: Option<u64>,
+        old: GroupState,
+        new: GroupState,
+    },
 }
 
 /// First lines of a configuration file the target rewrote.
@@ -131,7 +151,20 @@ impl Live {
             hooks,
             config_path,
             file: Mutex::new(file),
+            group: OnceLock::new(),
         })
+    }
+
+    /// Makes this target a gateway of `link`'s group (once, before it serves).
+    pub fn join_group(&self, link: Arc<GroupLink>) {
+        if self.group.set(link).is_err() {
+            warn!("already a gateway of a group: the second join is ignored");
+        }
+    }
+
+    /// The group this target is a gateway of.
+    pub fn group(&self) -> Option<&Arc<GroupLink>> {
+        self.group.get()
     }
 
     pub fn target(&self) -> &Arc<Target> {
@@ -150,6 +183,9 @@ impl Live {
 
     /// Re-reads the config file (SIGHUP) and applies it.
     pub fn reload(&self) -> Result<Vec<String>, Refusal> {
+        if let Some(g) = self.group.get() {
+            return self.reload_in_group(g);
+        }
         let Some(path) = &self.config_path else {
             return Err("the target was started without --config: nothing to re-read".into());
         };
@@ -179,13 +215,18 @@ impl Live {
     /// Runs one administrative change on a copy of the running configuration; with a
     /// config file, the change is in the file before it is applied.
     pub fn execute(&self, op: &Op) -> Result<Vec<String>, Refusal> {
+        if let Some(g) = self.group.get() {
+            return self.execute_in_group(g, op);
+        }
         let mut running = self.running.lock();
         let mut new = running.clone();
         let mut resize = Vec::new();
         edit(&mut new, op, &mut resize)?;
         // (A change that leaves the configuration as it is, resize-ns, writes nothing.)
         let save = match &self.config_path {
-            Some(path) if new != *running => Some((path.as_path(), self.unchanged_file(path)?)),
+            Some(path) if new != *running => {
+                Some(Save::File(path.as_path(), self.unchanged_file(path)?))
+            }
             _ => None,
         };
         // Storage first (the plan opens what add-ns --size creates), undone if refused.
@@ -193,13 +234,7 @@ impl Live {
         let old = running.clone();
         // What the change makes probably not meant goes back to whoever asked (a
         // subsystem built step by step is on no port until linked), not to the log.
-        let warned = old.warnings();
-        let notes: Vec<String> = new
-            .warnings()
-            .into_iter()
-            .filter(|w| !warned.contains(w))
-            .map(|w| format!("note: {w}"))
-            .collect();
+        let notes = group::notes(&old, &new);
         match self.apply_locked(&mut running, new, &resize, save) {
             Ok(mut changes) => {
                 changes.extend(provision::after(op, &old));
@@ -250,7 +285,7 @@ impl Live {
         running: &mut Config,
         new: Config,
         resize: &[(String, Nsid)],
-        save: Option<(&Path, Vec<u8>)>,
+        save: Option<Save<'_>>,
     ) -> Result<Vec<String>, Refusal> {
         let hooks = self.hooks.clone();
         let can = move |t: TrType| hooks.can_serve(t);
@@ -262,19 +297,33 @@ impl Live {
             warn!("configuration change refused: {e}");
         })?;
         let written = match &save {
-            Some((path, _)) => Some(self.save(path, &new)?),
-            None => None,
+            Some(Save::File(path, _)) => Some(self.save(path, &new)?),
+            _ => None,
+        };
+        let committed = match &save {
+            Some(Save::Group {
+                link, expect, new, ..
+            }) => Some(group::commit(link, *expect, new)?),
+            _ => None,
         };
         if let Err(e) = self.bind_ports(running, &plan.steps) {
-            if let Some((path, old)) = &save {
-                if let Err(e2) = crate::durable::write_atomic(path, old) {
-                    warn!(path = %path.display(), "cannot restore the configuration file: {e2}");
+            match &save {
+                Some(Save::File(path, old)) => {
+                    if let Err(e2) = crate::durable::write_atomic(path, old) {
+                        warn!(path = %path.display(), "cannot restore the configuration file: {e2}");
+                    }
                 }
+                Some(Save::Group { link, old, .. }) => group::revert(link, committed, old),
+                None => {}
             }
             return Err(e.into());
         }
         if let Some(bytes) = written {
             *self.file.lock() = Some(bytes);
+        }
+        if let (Some(Save::Group { link, .. }), Some(v)) = (&save, committed) {
+            link.set_applied(Some(v));
+            link.store().announce(v);
         }
         self.swap_in(plan.steps);
         let mut changes = plan.changes;

@@ -1,0 +1,199 @@
+//! Gateway groups: several targets (gateways) serving one configuration that lives in
+//! Ceph RADOS (`gateway_group:` in each gateway's file).
+//!
+//! The group's state ([`GroupState`]: subsystems, namespaces, hosts, each gateway's
+//! listeners) is one versioned document in a [`GroupStore`]. A change on any gateway
+//! (`ctl`, the API) is planned against the group's current state and committed with
+//! compare-and-write on the version, so two gateways changing the group at once never
+//! lose an update: the later commit finds the version moved, re-reads, re-plans and
+//! commits again ([`crate::live`]'s group path). A committed change is announced; every
+//! gateway waits for announcements ([`GroupStore::wait_change`]) and also re-reads the
+//! version every [`SYNC_INTERVAL`], so a lost announcement delays a change by at most
+//! that, and applies what it has not applied yet ([`crate::live::Live::group_sync`]).
+//! A gateway that starts reads the state before it serves ([`join`]).
+//!
+//! Ownership: the [`GroupLink`] is owned by the [`crate::live::Live`] of its gateway;
+//! the sync thread holds the `Live`. Ordering: a gateway applies versions in order, each
+//! under `Live`'s `running` lock, so a change made here and one arriving from another
+//! gateway never interleave.
+
+#[cfg(test)]
+pub mod memory;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use nvmf_common::config::{Config, GatewayGroupConfig, GroupState, GROUP_OWNED_KEYS};
+
+/// How often a gateway re-reads the group's version even without an announcement.
+pub const SYNC_INTERVAL: Duration = Duration::from_millis(500);
+/// How many times a change is planned and committed before it gives up, when other
+/// gateways keep changing the group in between.
+pub const COMMIT_ATTEMPTS: usize = 16;
+
+/// The group's document and its version (`None`: the group has never been written).
+#[derive(Debug, Clone, Default)]
+pub struct Versioned {
+    pub version: Option<u64>,
+    pub state: GroupState,
+}
+
+/// Where a group's state lives (RADOS: [`rados_store::RadosStore`]).
+pub trait GroupStore: Send + Sync {
+    /// The current state.
+    fn read(&self) -> Result<Versioned, String>;
+    /// Stores `state` as the next version if the stored version is still `expect`
+    /// (`None`: nothing stored yet). `Ok(Some(v))`: stored as version `v`; `Ok(None)`:
+    /// the version moved (another gateway committed first).
+    fn commit(&self, expect: Option<u64>, state: &GroupState) -> Result<Option<u64>, String>;
+    /// Tells the other gateways that version `version` is stored (best effort: they
+    /// also poll).
+    fn announce(&self, version: u64);
+    /// Blocks until an announcement arrives or `timeout` passes.
+    fn wait_change(&self, timeout: Duration);
+}
+
+/// What this gateway applied of the group.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// The version in force here (`None`: none yet).
+    pub version: Option<u64>,
+    /// Why the last version read could not be applied here, if it could not.
+    pub error: Option<String>,
+    /// When the version in force was applied.
+    pub at: Option<Instant>,
+}
+
+/// One gateway's membership: its section, its own file's settings, the store.
+pub struct GroupLink {
+    pub config: GatewayGroupConfig,
+    store: Arc<dyn GroupStore>,
+    /// The gateway's own configuration (its file): what the group's state is laid on.
+    local: Mutex<Config>,
+    applied: Mutex<Applied>,
+}
+
+impl GroupLink {
+    pub fn new(config: GatewayGroupConfig, store: Arc<dyn GroupStore>, local: Config) -> GroupLink {
+        GroupLink {
+            config,
+            store,
+            local: Mutex::new(local),
+            applied: Mutex::new(Applied::default()),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn GroupStore> {
+        &self.store
+    }
+
+    /// The gateway's own configuration.
+    pub fn local(&self) -> Config {
+        self.local.lock().clone()
+    }
+
+    /// A re-read file replaces the gateway's own configuration.
+    pub fn set_local(&self, cfg: Config) {
+        *self.local.lock() = cfg;
+    }
+
+    /// What this gateway runs for `state`.
+    pub fn effective(&self, state: &GroupState) -> Config {
+        state.effective(&self.local.lock(), &self.config)
+    }
+
+    pub fn applied(&self) -> Applied {
+        self.applied.lock().clone()
+    }
+
+    pub(crate) fn set_applied(&self, version: Option<u64>) {
+        let mut a = self.applied.lock();
+        if a.version != version {
+            a.at = Some(Instant::now());
+        }
+        a.version = version;
+        a.error = None;
+    }
+
+    pub(crate) fn set_error(&self, e: String) {
+        self.applied.lock().error = Some(e);
+    }
+}
+
+/// Refuses a gateway file that sets what belongs to the group.
+pub fn check_local(local: &Config) -> Result<(), String> {
+    let set = [
+        !local.subsystems.is_empty(),
+        !local.hosts.is_empty(),
+        !local.ports.is_empty(),
+    ];
+    let owned: Vec<&str> = GROUP_OWNED_KEYS
+        .iter()
+        .zip(set)
+        .filter_map(|(k, s)| s.then_some(*k))
+        .collect();
+    if owned.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "gateway_group: {} belong to the group (stored in RADOS): remove them from this \
+         file and add them with `nvmf-target ctl` or the management API on any gateway",
+        owned.join(", ")
+    ))
+}
+
+/// Joins the group `local` names: reads the group's state and returns what this
+/// gateway runs, before it serves anything.
+pub fn join(
+    local: &Config,
+    store: Arc<dyn GroupStore>,
+) -> Result<(Config, Arc<GroupLink>), String> {
+    let Some(g) = local.gateway_group.clone() else {
+        return Err("no gateway_group section".into());
+    };
+    check_local(local)?;
+    let cur = store
+        .read()
+        .map_err(|e| format!("gateway group {}: cannot read its state: {e}", g.name))?;
+    let link = Arc::new(GroupLink::new(g, store, local.clone()));
+    let cfg = link.effective(&cur.state);
+    cfg.validate().map_err(|e| {
+        format!(
+            "gateway group {}: its state does not apply here: {e}",
+            link.config.name
+        )
+    })?;
+    link.set_applied(cur.version);
+    info!(
+        group = %link.config.name,
+        gateway = %link.config.gateway,
+        version = ?cur.version,
+        subsystems = cfg.subsystems.len(),
+        "joined the gateway group"
+    );
+    Ok((cfg, link))
+}
+
+/// Keeps `live` on the group's latest version until `stop` is set: waits for an
+/// announcement or [`SYNC_INTERVAL`], then applies what changed.
+pub fn spawn_sync(
+    live: Arc<crate::live::Live>,
+    link: Arc<GroupLink>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("nvmf-group".into())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                link.store.wait_change(SYNC_INTERVAL);
+                if let Err(e) = live.group_sync() {
+                    warn!(group = %link.config.name, "group change not applied here: {e}");
+                }
+            }
+        })
+}
