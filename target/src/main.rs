@@ -15,6 +15,7 @@ use nvmf_common::config::{Config, PollMode, TrType};
 use nvmf_common::types::Nqn;
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
+use nvmf_target::group::GroupLink;
 use nvmf_target::live::ctl::{self, CtlServer};
 use nvmf_target::live::hooks::TcpPorts;
 use nvmf_target::live::rdma_hooks::{RdmaPorts, TransportPorts};
@@ -258,7 +259,33 @@ fn devices_for(
     }
 }
 
-fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<(), String> {
+/// A gateway of a group runs its own file with the group's state laid on it, read
+/// from RADOS before anything is served.
+#[cfg(feature = "rbd")]
+fn join_group(local: &Config) -> Result<(Config, Option<Arc<GroupLink>>), String> {
+    if local.gateway_group.is_none() {
+        return Ok((local.clone(), None));
+    }
+    nvmf_target::group::check_local(local)?;
+    let Some(g) = &local.gateway_group else {
+        return Ok((local.clone(), None));
+    };
+    let store = Arc::new(nvmf_target::group::rados_store::RadosStore::open(g)?);
+    let (cfg, link) = nvmf_target::group::join(local, store)?;
+    Ok((cfg, Some(link)))
+}
+
+#[cfg(not(feature = "rbd"))]
+fn join_group(local: &Config) -> Result<(Config, Option<Arc<GroupLink>>), String> {
+    match local.gateway_group {
+        Some(_) => Err("gateway_group needs nvmf-target built with the `rbd` feature (librados)".into()),
+        None => Ok((local.clone(), None)),
+    }
+}
+
+fn run(local: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<(), String> {
+    let (cfg, group) = join_group(local)?;
+    let cfg = &cfg;
     match nvmf_target::limits::raise_nofile() {
         Ok((soft, hard)) => {
             let need = nvmf_target::limits::descriptors_needed(cfg);
@@ -357,6 +384,16 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
         None => None,
     };
     let live = Live::new(target.clone(), cfg.clone(), hooks, config_path);
+    let group_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let group_sync = match group {
+        Some(link) => {
+            live.join_group(link.clone());
+            let t = nvmf_target::group::spawn_sync(live.clone(), link, group_stop.clone())
+                .map_err(|e| format!("cannot start the group's sync thread: {e}"))?;
+            Some(t)
+        }
+        None => None,
+    };
     // Like the metrics endpoint: asked for, so a failure to serve it stops startup.
     let management = match cfg.management.as_ref() {
         Some(m) => {
@@ -381,6 +418,10 @@ fn run(cfg: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Result<
         }
     }
     info!("shutting down: no new connections; finishing commands in flight");
+    group_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(t) = group_sync {
+        let _ = t.join();
+    }
     drop(ctl_server);
     drop(management);
     drop(metrics);

@@ -133,8 +133,10 @@ impl Live {
         hooks: Arc<dyn PortHooks>,
         config_path: Option<PathBuf>,
     ) -> Arc<Live> {
-        // The file as it is now, if it still says what the target was built from.
-        let file = config_path.as_ref().and_then(|p| {
+        // The file as it is now, if it still says what the target was built from. (A
+        // gateway of a group keeps its changes in the group, never in its file.)
+        let grouped = cfg.gateway_group.is_some();
+        let file = config_path.as_ref().filter(|_| !grouped).and_then(|p| {
             let bytes = std::fs::read(p).ok()?;
             let text = std::str::from_utf8(&bytes).ok()?;
             // (Parsed only to compare: its warnings were logged when it was loaded.)
@@ -513,7 +515,9 @@ impl Live {
 
     /// The status view (ports, subsystems, namespaces, controllers, queues).
     pub fn status(&self) -> status::StatusView {
-        status::collect(&self.target, &self.running.lock(), self.hooks.as_ref())
+        let mut view = status::collect(&self.target, &self.running.lock(), self.hooks.as_ref());
+        view.group = self.group.get().map(|g| status::group(g));
+        view
     }
 }
 

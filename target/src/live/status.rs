@@ -25,6 +25,36 @@ pub struct StatusView {
     /// `transport.stuck_command_ms`, from every poll group's last sweep.
     #[serde(default)]
     pub commands: WatchView,
+    /// The gateway group this target is a gateway of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub name: String,
+    pub gateway: String,
+    /// The group's version in force here (None: the group was never written).
+    pub version: Option<u64>,
+    /// Milliseconds since that version was applied here.
+    pub applied_ms_ago: Option<u64>,
+    /// Why the group's latest version could not be applied here, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The group part of the view.
+pub(super) fn group(link: &crate::group::GroupLink) -> GroupStatus {
+    let a = link.applied();
+    GroupStatus {
+        name: link.config.name.clone(),
+        gateway: link.config.gateway.clone(),
+        version: a.version,
+        applied_ms_ago: a
+            .at
+            .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
+        error: a.error,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,11 +187,28 @@ pub(super) fn collect(target: &Target, cfg: &Config, hooks: &dyn PortHooks) -> S
             })
             .collect(),
         commands: target.metrics.watch(),
+        group: None,
     }
 }
 
 impl std::fmt::Display for StatusView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(g) = &self.group {
+            writeln!(
+                f,
+                "gateway {} of group {}: version {} applied{}{}",
+                g.gateway,
+                g.name,
+                g.version.map_or("none".to_string(), |v| v.to_string()),
+                g.applied_ms_ago
+                    .map(|ms| format!(" {ms} ms ago"))
+                    .unwrap_or_default(),
+                g.error
+                    .as_ref()
+                    .map(|e| format!("; latest not applied: {e}"))
+                    .unwrap_or_default()
+            )?;
+        }
         writeln!(f, "discovery genctr {}", self.genctr)?;
         for p in &self.ports {
             writeln!(

@@ -1,0 +1,191 @@
+//! Three `nvmf-target` processes as the gateways of one group (issue 27) on a private
+//! Ceph cluster: the group's state lives in the cluster's `rbd` pool
+//! (`nvmf.group.g1`), every gateway applies what any of them changes, two gateways
+//! changing the group at once both land, and a gateway that (re)starts applies the
+//! group's current state before it serves.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)]
+#[path = "support/ceph_cluster.rs"]
+mod ceph_cluster;
+#[path = "support/service.rs"]
+mod service;
+
+use ceph_cluster::CephCluster;
+use service::{ctl, free_port, start, stop, wait_status};
+
+const SUB: &str = "nqn.2024-01.io.nvmf-rs:gateway-group";
+/// How long a change may take to reach the other gateways. The group's sync thread
+/// acts on a notify at once and re-reads every 500 ms without one; the bound leaves
+/// room for a loaded CI machine.
+const SYNC_BOUND: Duration = Duration::from_secs(3);
+
+struct Gateway {
+    name: &'static str,
+    cfg: PathBuf,
+    sock: PathBuf,
+    child: Option<Child>,
+}
+
+impl Gateway {
+    fn new(dir: &Path, cluster: &CephCluster, name: &'static str, cntlid_min: u16) -> Gateway {
+        let cfg = dir.join(format!("{name}.yaml"));
+        let yaml = format!(
+            "gateway_group:\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n",
+            cluster.conf().display(),
+            cntlid_min + 99
+        );
+        std::fs::write(&cfg, yaml).unwrap_or_else(|e| panic!("{e}"));
+        let mut g = Gateway {
+            name,
+            cfg,
+            sock: dir.join(format!("{name}.sock")),
+            child: None,
+        };
+        g.start();
+        g
+    }
+
+    fn start(&mut self) {
+        let ready = format!("gateway {} of group g1", self.name);
+        self.child = Some(start(&self.cfg, &self.sock, &ready));
+    }
+
+    fn stop(&mut self) {
+        if let Some(c) = self.child.take() {
+            stop(c, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+
+    fn ctl(&self, args: &[&str]) -> String {
+        let (ok, out) = ctl(&self.sock, args);
+        assert!(ok, "{} ctl {args:?}: {out}", self.name);
+        out
+    }
+
+    fn status(&self) -> String {
+        self.ctl(&["status"])
+    }
+
+    /// Waits until this gateway serves namespace `nsid` of [`SUB`]; how long it took.
+    fn wait_ns(&self, nsid: u32) -> Duration {
+        let t = Instant::now();
+        let line = format!("  namespace {nsid} ");
+        wait_status(&self.sock, &format!("{} serves nsid {nsid}", self.name), |s| {
+            s.contains(&line)
+        });
+        t.elapsed()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nvmf-gwgroup-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+    d
+}
+
+#[test]
+fn three_gateways_share_one_configuration_in_rados() {
+    let cluster = CephCluster::start("gwgroup", "64M");
+    let dir = tempdir("share");
+    let mut gws = [
+        Gateway::new(&dir, &cluster, "gw-a", 1),
+        Gateway::new(&dir, &cluster, "gw-b", 100),
+        Gateway::new(&dir, &cluster, "gw-c", 200),
+    ];
+    let conf = cluster.conf().display().to_string();
+
+    // A namespace added on one gateway appears on all.
+    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
+    gws[0].ctl(&["add-ns", SUB, "rbd:rbd/img", "--nsid", "1", "--ceph-conf", &conf]);
+    for g in &gws[1..] {
+        let took = g.wait_ns(1);
+        println!("{}: namespace 1 applied {} ms after gw-a's change", g.name, took.as_millis());
+        assert!(took < SYNC_BOUND, "{} took {took:?}", g.name);
+    }
+    // Each gateway has its own listener in the group; a port added on one is its own.
+    for (i, g) in gws.iter().enumerate() {
+        let port = free_port().to_string();
+        let portid = (i + 1).to_string();
+        g.ctl(&["add-port", &portid, "tcp", "127.0.0.1", &port]);
+        g.ctl(&["link-subsystem", &portid, SUB]);
+    }
+    for (i, g) in gws.iter().enumerate() {
+        let s = wait_status(&g.sock, "one listener each", |s| {
+            s.matches("\nport ").count() + usize::from(s.starts_with("port ")) == 1
+        });
+        assert!(s.contains(&format!("port {} tcp", i + 1)), "{}: {s}", g.name);
+        // Controller ids: each gateway its own range, one subsystem across them.
+    }
+    let rados = cluster.ceph(&["osd", "pool", "ls"]);
+    assert!(rados.contains("rbd"), "{rados}");
+
+    // Two gateways changing the group at once: both changes land everywhere.
+    std::thread::scope(|s| {
+        for (g, first) in [(&gws[0], 10u32), (&gws[1], 20u32)] {
+            s.spawn(move || {
+                for nsid in first..first + 5 {
+                    let n = nsid.to_string();
+                    g.ctl(&["add-ns", SUB, "null:16M", "--nsid", &n]);
+                }
+            });
+        }
+    });
+    for g in &gws {
+        for nsid in (10..15).chain(20..25) {
+            g.wait_ns(nsid);
+        }
+    }
+
+    // A gateway that was down applies the group's current state before it serves.
+    gws[2].stop();
+    gws[1].ctl(&["remove-ns", SUB, "10"]);
+    gws[1].ctl(&["add-ns", SUB, "null:16M", "--nsid", "30"]);
+    gws[2].start();
+    let s = gws[2].status();
+    assert!(s.contains("  namespace 30 "), "gw-c at its first status:\n{s}");
+    assert!(!s.contains("  namespace 10 "), "gw-c at its first status:\n{s}");
+    assert!(s.contains("gateway gw-c of group g1: version"), "{s}");
+
+    for g in &mut gws {
+        g.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_gateway_file_with_subsystems_is_refused() {
+    let dir = tempdir("refuse");
+    let cfg = dir.join("gw.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "gateway_group: {{ name: g1, gateway: gw-a, pool: rbd, cntlid_min: 1, cntlid_max: 9 }}\n\
+             subsystems:\n  - nqn: {SUB}\n    allow_any_host: true\n"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (ok, out) = service::output(
+        service::bin()
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--ctl-socket")
+            .arg(dir.join("s.sock")),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("belong to the group"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
