@@ -1,6 +1,8 @@
 //! The dozen librados and librbd calls the RBD backend needs, declared by hand (there is
 //! no maintained Rust crate), and the safe types around them. Every `unsafe` of the RBD
-//! backend is in this file.
+//! backend is in this file or in [`super::rados`] (the object, omap, watch/notify, lock
+//! and blocklist calls of gateway groups, which reuses [`Image::pool`]'s connection
+//! through the raw-handle accessors here).
 //!
 //! # Ownership
 //!
@@ -39,8 +41,8 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::backend::DmaSlice;
 
-type rados_t = *mut c_void;
-type rados_ioctx_t = *mut c_void;
+pub(super) type rados_t = *mut c_void;
+pub(super) type rados_ioctx_t = *mut c_void;
 type rbd_image_t = *mut c_void;
 type rbd_completion_t = *mut c_void;
 type rbd_callback_t = extern "C" fn(rbd_completion_t, *mut c_void);
@@ -72,7 +74,7 @@ extern "C" {
         outs: *mut *mut c_char,
         outslen: *mut usize,
     ) -> c_int;
-    fn rados_buffer_free(buf: *mut c_char);
+    pub(super) fn rados_buffer_free(buf: *mut c_char);
 }
 
 /// librados' `struct rados_cluster_stat_t` (sizes in KiB).
@@ -209,7 +211,7 @@ fn option_refusal(errno: i32) -> String {
     }
 }
 
-fn check(call: &'static str, rc: c_int) -> Result<(), CephError> {
+pub(super) fn check(call: &'static str, rc: c_int) -> Result<(), CephError> {
     if rc < 0 {
         Err(CephError { call, errno: -rc })
     } else {
@@ -217,7 +219,7 @@ fn check(call: &'static str, rc: c_int) -> Result<(), CephError> {
     }
 }
 
-fn cstring(call: &'static str, s: &str) -> Result<CString, CephError> {
+pub(super) fn cstring(call: &'static str, s: &str) -> Result<CString, CephError> {
     CString::new(s).map_err(|_| CephError {
         call,
         errno: libc::EINVAL,
@@ -345,6 +347,17 @@ impl Image {
         let rc = unsafe { rados_ioctx_create(img.cluster, pool_c.as_ptr(), &mut img.ioctx) };
         check("rados_ioctx_create", rc)?;
         Ok(img)
+    }
+
+    /// The connected cluster handle, for [`super::rados`]. Valid while `self` lives.
+    pub(super) fn cluster_handle(&self) -> rados_t {
+        self.cluster
+    }
+
+    /// The pool context, for [`super::rados`]: set (non-null) on every handle that
+    /// [`Image::pool`] or [`Image::open`] returned, and valid while `self` lives.
+    pub(super) fn ioctx_handle(&self) -> rados_ioctx_t {
+        self.ioctx
     }
 
     /// The cluster's raw capacity in bytes (connected handle).

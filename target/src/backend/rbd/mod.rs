@@ -96,6 +96,7 @@
 
 mod ffi;
 pub mod provision;
+pub mod rados;
 #[cfg(test)]
 mod tests;
 
