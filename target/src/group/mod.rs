@@ -19,6 +19,8 @@
 
 #[cfg(test)]
 pub mod memory;
+#[cfg(feature = "rbd")]
+pub mod rados_store;
 #[cfg(test)]
 mod tests;
 
