@@ -15,6 +15,7 @@ use nvmf_common::config::{Config, PollMode, TrType};
 use nvmf_common::types::Nqn;
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
+use nvmf_target::group::lease::{self, LeaseStore};
 use nvmf_target::group::GroupLink;
 use nvmf_target::live::ctl::{self, CtlServer};
 use nvmf_target::live::hooks::TcpPorts;
@@ -259,26 +260,35 @@ fn devices_for(
     }
 }
 
+/// A gateway's membership: the link and its lease store.
+type Joined = (Arc<GroupLink>, Arc<dyn LeaseStore>);
+
 /// A gateway of a group runs its own file with the group's state laid on it, read
 /// from RADOS before anything is served.
 #[cfg(feature = "rbd")]
-fn join_group(local: &Config) -> Result<(Config, Option<Arc<GroupLink>>), String> {
-    if local.gateway_group.is_none() {
-        return Ok((local.clone(), None));
-    }
-    nvmf_target::group::check_local(local)?;
+fn join_group(local: &Config) -> Result<(Config, Option<Joined>), String> {
+    use nvmf_target::group::{rados_lease::RadosLeases, rados_store::RadosStore};
     let Some(g) = &local.gateway_group else {
         return Ok((local.clone(), None));
     };
-    let store = Arc::new(nvmf_target::group::rados_store::RadosStore::open(g)?);
+    nvmf_target::group::check_local(local)?;
+    let store = Arc::new(RadosStore::open(g)?);
+    let leases = RadosLeases::new(
+        store.pool().clone(),
+        &g.name,
+        &g.gateway,
+        std::time::Duration::from_millis(g.lease_ms),
+    )?;
     let (cfg, link) = nvmf_target::group::join(local, store)?;
-    Ok((cfg, Some(link)))
+    Ok((cfg, Some((link, Arc::new(leases)))))
 }
 
 #[cfg(not(feature = "rbd"))]
-fn join_group(local: &Config) -> Result<(Config, Option<Arc<GroupLink>>), String> {
+fn join_group(local: &Config) -> Result<(Config, Option<Joined>), String> {
     match local.gateway_group {
-        Some(_) => Err("gateway_group needs nvmf-target built with the `rbd` feature (librados)".into()),
+        Some(_) => {
+            Err("gateway_group needs nvmf-target built with the `rbd` feature (librados)".into())
+        }
         None => Ok((local.clone(), None)),
     }
 }
@@ -385,15 +395,18 @@ fn run(local: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Resul
     };
     let live = Live::new(target.clone(), cfg.clone(), hooks, config_path);
     let group_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let group_sync = match group {
-        Some(link) => {
-            live.join_group(link.clone());
-            let t = nvmf_target::group::spawn_sync(live.clone(), link, group_stop.clone())
-                .map_err(|e| format!("cannot start the group's sync thread: {e}"))?;
-            Some(t)
-        }
-        None => None,
-    };
+    let mut group_threads = Vec::new();
+    if let Some((link, leases)) = group {
+        live.join_group(link.clone());
+        let e = |e: std::io::Error| format!("cannot start the group's threads: {e}");
+        let params = lease::LeaseParams::of(&link.config);
+        group_threads.push(
+            nvmf_target::group::spawn_sync(live.clone(), link.clone(), group_stop.clone())
+                .map_err(e)?,
+        );
+        group_threads
+            .push(lease::spawn(live.clone(), link, leases, params, group_stop.clone()).map_err(e)?);
+    }
     // Like the metrics endpoint: asked for, so a failure to serve it stops startup.
     let management = match cfg.management.as_ref() {
         Some(m) => {
@@ -419,7 +432,7 @@ fn run(local: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Resul
     }
     info!("shutting down: no new connections; finishing commands in flight");
     group_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Some(t) = group_sync {
+    for t in group_threads {
         let _ = t.join();
     }
     drop(ctl_server);

@@ -74,9 +74,11 @@ impl Gateway {
     fn wait_ns(&self, nsid: u32) -> Duration {
         let t = Instant::now();
         let line = format!("  namespace {nsid} ");
-        wait_status(&self.sock, &format!("{} serves nsid {nsid}", self.name), |s| {
-            s.contains(&line)
-        });
+        wait_status(
+            &self.sock,
+            &format!("{} serves nsid {nsid}", self.name),
+            |s| s.contains(&line),
+        );
         t.elapsed()
     }
 }
@@ -110,10 +112,22 @@ fn three_gateways_share_one_configuration_in_rados() {
 
     // A namespace added on one gateway appears on all.
     gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
-    gws[0].ctl(&["add-ns", SUB, "rbd:rbd/img", "--nsid", "1", "--ceph-conf", &conf]);
+    gws[0].ctl(&[
+        "add-ns",
+        SUB,
+        "rbd:rbd/img",
+        "--nsid",
+        "1",
+        "--ceph-conf",
+        &conf,
+    ]);
     for g in &gws[1..] {
         let took = g.wait_ns(1);
-        println!("{}: namespace 1 applied {} ms after gw-a's change", g.name, took.as_millis());
+        println!(
+            "{}: namespace 1 applied {} ms after gw-a's change",
+            g.name,
+            took.as_millis()
+        );
         assert!(took < SYNC_BOUND, "{} took {took:?}", g.name);
     }
     // Each gateway has its own listener in the group; a port added on one is its own.
@@ -127,7 +141,11 @@ fn three_gateways_share_one_configuration_in_rados() {
         let s = wait_status(&g.sock, "one listener each", |s| {
             s.matches("\nport ").count() + usize::from(s.starts_with("port ")) == 1
         });
-        assert!(s.contains(&format!("port {} tcp", i + 1)), "{}: {s}", g.name);
+        assert!(
+            s.contains(&format!("port {} tcp", i + 1)),
+            "{}: {s}",
+            g.name
+        );
         // Controller ids: each gateway its own range, one subsystem across them.
     }
     let rados = cluster.ceph(&["osd", "pool", "ls"]);
@@ -156,8 +174,14 @@ fn three_gateways_share_one_configuration_in_rados() {
     gws[1].ctl(&["add-ns", SUB, "null:16M", "--nsid", "30"]);
     gws[2].start();
     let s = gws[2].status();
-    assert!(s.contains("  namespace 30 "), "gw-c at its first status:\n{s}");
-    assert!(!s.contains("  namespace 10 "), "gw-c at its first status:\n{s}");
+    assert!(
+        s.contains("  namespace 30 "),
+        "gw-c at its first status:\n{s}"
+    );
+    assert!(
+        !s.contains("  namespace 10 "),
+        "gw-c at its first status:\n{s}"
+    );
     assert!(s.contains("gateway gw-c of group g1: version"), "{s}");
 
     for g in &mut gws {

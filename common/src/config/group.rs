@@ -19,12 +19,14 @@
 //! gateway. Host keys in the group are references to key files (present on every
 //! gateway); inline keys are refused unless `secrets_in_rados: true`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{serde_util, Config, HostConfig, PortConfig, SubsystemConfig};
+use super::{
+    serde_util, AnaGroupConfig, AnaState, Config, HostConfig, PortConfig, SubsystemConfig,
+};
 use crate::types::Cntlid;
 
 /// Longest group or gateway name (they become parts of RADOS object names and lock
@@ -57,6 +59,38 @@ pub struct GatewayGroupConfig {
     /// where anyone who may read the pool reads them. Off: key files only.
     #[serde(default)]
     pub secrets_in_rados: bool,
+    /// How long an ANA group's lease lasts unless renewed (renewed every third of it):
+    /// a dead gateway's groups move to another gateway after about this long.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// Give a group back to its home gateway once that gateway is back.
+    #[serde(default = "yes")]
+    pub failback: bool,
+    /// How long the home gateway must have been back (beating) before it gets its
+    /// group back.
+    #[serde(default = "default_failback_delay_ms")]
+    pub failback_delay_ms: u64,
+}
+
+/// Default lease: a dead gateway's groups move within about 5 s plus a tick.
+pub const DEFAULT_LEASE_MS: u64 = 5_000;
+/// Leases shorter than this would be renewed faster than RADOS answers under load.
+pub const MIN_LEASE_MS: u64 = 1_000;
+/// Leases longer than this leave hosts on non-optimized paths too long.
+pub const MAX_LEASE_MS: u64 = 120_000;
+/// Default failback delay.
+pub const DEFAULT_FAILBACK_DELAY_MS: u64 = 10_000;
+
+fn default_lease_ms() -> u64 {
+    DEFAULT_LEASE_MS
+}
+
+fn default_failback_delay_ms() -> u64 {
+    DEFAULT_FAILBACK_DELAY_MS
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl GatewayGroupConfig {
@@ -70,6 +104,25 @@ impl GatewayGroupConfig {
         }
         if self.pool.is_empty() {
             out.push(("pool", "the pool of the group's objects is required".into()));
+        }
+        if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&self.lease_ms) {
+            out.push((
+                "lease_ms",
+                format!(
+                    "{} is outside {MIN_LEASE_MS} to {MAX_LEASE_MS}",
+                    self.lease_ms
+                ),
+            ));
+        }
+        if self.failback_delay_ms > MAX_LEASE_MS * 10 {
+            out.push((
+                "failback_delay_ms",
+                format!(
+                    "{} is more than {}",
+                    self.failback_delay_ms,
+                    MAX_LEASE_MS * 10
+                ),
+            ));
         }
         if self.cntlid_min > self.cntlid_max {
             out.push((
@@ -105,6 +158,27 @@ pub struct GroupState {
     /// Ports by gateway name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub listeners: BTreeMap<String, Vec<PortConfig>>,
+    /// The gateways that joined, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gateways: BTreeMap<String, GatewayRecord>,
+}
+
+/// A gateway of the group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayRecord {
+    /// Its home ANA group: owned by it while it is alive, by another gateway while it
+    /// is not.
+    pub grpid: u32,
+}
+
+/// Who owns which ANA group, as this gateway sees it (its leases).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ownership {
+    /// The ANA groups this gateway holds the lease of.
+    pub owned: BTreeSet<u32>,
+    /// This gateway's RADOS client was fenced: it serves nothing of the group.
+    pub fenced: bool,
 }
 
 /// The keys of a local file that belong to the group instead.
@@ -130,12 +204,54 @@ impl GroupState {
             subsystems,
             hosts: cfg.hosts.clone(),
             listeners,
+            gateways: self.gateways.clone(),
+        }
+    }
+
+    /// The ANA groups of the group (each gateway's home group).
+    pub fn ana_groups(&self) -> BTreeSet<u32> {
+        self.gateways.values().map(|g| g.grpid).collect()
+    }
+
+    /// The home ANA group a gateway joining now gets: the smallest one unused, within
+    /// the ANA group ids a port can report (1 to ANAGRPMAX).
+    pub fn free_grpid(&self) -> Option<u32> {
+        let used = self.ana_groups();
+        (1..=crate::wire::ana::MAX_GROUPS).find(|g| !used.contains(g))
+    }
+
+    /// Puts each namespace of `cfg` without an ANA group into the group's ANA group
+    /// with the fewest namespaces (ties: the lowest id), so every gateway serves some.
+    pub fn place(&self, cfg: &mut Config) {
+        let groups = self.ana_groups();
+        if groups.is_empty() {
+            return;
+        }
+        let mut load: BTreeMap<u32, usize> = groups.iter().map(|g| (*g, 0)).collect();
+        for ns in cfg.subsystems.iter().flat_map(|s| &s.namespaces) {
+            if let Some(n) = ns.anagrpid.and_then(|g| load.get_mut(&g)) {
+                *n += 1;
+            }
+        }
+        for ns in cfg.subsystems.iter_mut().flat_map(|s| &mut s.namespaces) {
+            if ns.anagrpid.is_some() {
+                continue;
+            }
+            let Some((&g, _)) = load.iter().min_by_key(|(g, n)| (**n, **g)) else {
+                return;
+            };
+            ns.anagrpid = Some(g);
+            if let Some(n) = load.get_mut(&g) {
+                *n += 1;
+            }
         }
     }
 
     /// What gateway `g` runs: its own file (`local`) with the group's subsystems and
-    /// hosts, its listeners, and its controller id range on every subsystem.
-    pub fn effective(&self, local: &Config, g: &GatewayGroupConfig) -> Config {
+    /// hosts, its listeners, and its controller id range on every subsystem. On each
+    /// listener every ANA group of the group is optimized where `own` says this
+    /// gateway holds it, non-optimized where not, inaccessible when it is fenced.
+    pub fn effective(&self, local: &Config, g: &GatewayGroupConfig, own: &Ownership) -> Config {
         let mut cfg = local.clone();
         cfg.subsystems = self.subsystems.clone();
         for s in &mut cfg.subsystems {
@@ -144,6 +260,23 @@ impl GroupState {
         }
         cfg.hosts = self.hosts.clone();
         cfg.ports = self.listeners.get(&g.gateway).cloned().unwrap_or_default();
+        let ana: Vec<AnaGroupConfig> = self
+            .ana_groups()
+            .into_iter()
+            .map(|grpid| AnaGroupConfig {
+                grpid,
+                state: if own.fenced {
+                    AnaState::Inaccessible
+                } else if own.owned.contains(&grpid) {
+                    AnaState::Optimized
+                } else {
+                    AnaState::NonOptimized
+                },
+            })
+            .collect();
+        for p in &mut cfg.ports {
+            p.ana_groups = ana.clone();
+        }
         cfg
     }
 

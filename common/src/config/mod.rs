@@ -60,7 +60,9 @@ use crate::types::{Cntlid, Nqn, Nsid};
 pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
-pub use group::{GatewayGroupConfig, GroupState, GROUP_NAME_MAX, GROUP_OWNED_KEYS};
+pub use group::{
+    GatewayGroupConfig, GatewayRecord, GroupState, Ownership, GROUP_NAME_MAX, GROUP_OWNED_KEYS,
+};
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};

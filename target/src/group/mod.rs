@@ -17,8 +17,13 @@
 //! under `Live`'s `running` lock, so a change made here and one arriving from another
 //! gateway never interleave.
 
+pub mod lease;
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 pub mod memory;
+#[cfg(feature = "rbd")]
+pub mod rados_lease;
 #[cfg(feature = "rbd")]
 pub mod rados_store;
 #[cfg(test)]
@@ -30,7 +35,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use nvmf_common::config::{Config, GatewayGroupConfig, GroupState, GROUP_OWNED_KEYS};
+use nvmf_common::config::{
+    Config, GatewayGroupConfig, GatewayRecord, GroupState, Ownership, GROUP_OWNED_KEYS,
+};
 
 /// How often a gateway re-reads the group's version even without an announcement.
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(500);
@@ -78,6 +85,23 @@ pub struct GroupLink {
     /// The gateway's own configuration (its file): what the group's state is laid on.
     local: Mutex<Config>,
     applied: Mutex<Applied>,
+    /// The ANA groups this gateway holds ([`lease`]).
+    ownership: Mutex<Ownership>,
+    /// The group's state in force here (what an ownership change is laid on, without
+    /// reading the store: a fenced gateway cannot).
+    last: Mutex<GroupState>,
+    /// The latest ownership moves, newest last ([`MOVES_KEPT`]).
+    moves: Mutex<std::collections::VecDeque<MoveRecord>>,
+}
+
+/// Ownership moves kept for `status`.
+pub const MOVES_KEPT: usize = 32;
+
+/// One ownership move, as `status` shows it.
+#[derive(Debug, Clone)]
+pub struct MoveRecord {
+    pub at: std::time::SystemTime,
+    pub what: lease::Move,
 }
 
 impl GroupLink {
@@ -87,6 +111,9 @@ impl GroupLink {
             store,
             local: Mutex::new(local),
             applied: Mutex::new(Applied::default()),
+            ownership: Mutex::new(Ownership::default()),
+            last: Mutex::new(GroupState::default()),
+            moves: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -106,14 +133,54 @@ impl GroupLink {
 
     /// What this gateway runs for `state`.
     pub fn effective(&self, state: &GroupState) -> Config {
-        state.effective(&self.local.lock(), &self.config)
+        state.effective(&self.local.lock(), &self.config, &self.ownership.lock())
+    }
+
+    /// What this gateway runs for `state` with its own file `local`.
+    pub fn effective_with(&self, state: &GroupState, local: &Config) -> Config {
+        state.effective(local, &self.config, &self.ownership.lock())
+    }
+
+    /// The ANA groups this gateway holds.
+    pub fn ownership(&self) -> Ownership {
+        self.ownership.lock().clone()
+    }
+
+    /// Its leases changed: the next apply reports the new ANA states.
+    pub(crate) fn set_ownership(&self, o: Ownership) {
+        *self.ownership.lock() = o;
+    }
+
+    /// Remembers what the lease thread changed.
+    pub(crate) fn record_moves(&self, moves: &[lease::Move]) {
+        let mut m = self.moves.lock();
+        for what in moves {
+            if m.len() == MOVES_KEPT {
+                m.pop_front();
+            }
+            m.push_back(MoveRecord {
+                at: std::time::SystemTime::now(),
+                what: what.clone(),
+            });
+        }
+    }
+
+    /// The latest ownership moves, oldest first.
+    pub fn moves(&self) -> Vec<MoveRecord> {
+        self.moves.lock().iter().cloned().collect()
+    }
+
+    /// The group's state in force here.
+    pub fn last(&self) -> GroupState {
+        self.last.lock().clone()
     }
 
     pub fn applied(&self) -> Applied {
         self.applied.lock().clone()
     }
 
-    pub(crate) fn set_applied(&self, version: Option<u64>) {
+    pub(crate) fn set_applied(&self, version: Option<u64>, state: &GroupState) {
+        *self.last.lock() = state.clone();
         let mut a = self.applied.lock();
         if a.version != version {
             a.at = Some(Instant::now());
@@ -159,9 +226,7 @@ pub fn join(
         return Err("no gateway_group section".into());
     };
     check_local(local)?;
-    let cur = store
-        .read()
-        .map_err(|e| format!("gateway group {}: cannot read its state: {e}", g.name))?;
+    let cur = register(&g, store.as_ref())?;
     let link = Arc::new(GroupLink::new(g, store, local.clone()));
     let cfg = link.effective(&cur.state);
     cfg.validate().map_err(|e| {
@@ -170,7 +235,7 @@ pub fn join(
             link.config.name
         )
     })?;
-    link.set_applied(cur.version);
+    link.set_applied(cur.version, &cur.state);
     info!(
         group = %link.config.name,
         gateway = %link.config.gateway,
@@ -179,6 +244,35 @@ pub fn join(
         "joined the gateway group"
     );
     Ok((cfg, link))
+}
+
+/// Records this gateway in the group (its home ANA group) unless it is there already;
+/// the group's state afterwards.
+fn register(g: &GatewayGroupConfig, store: &dyn GroupStore) -> Result<Versioned, String> {
+    let fail = |e: String| format!("gateway group {}: {e}", g.name);
+    for _ in 0..COMMIT_ATTEMPTS {
+        let cur = store
+            .read()
+            .map_err(|e| fail(format!("cannot read its state: {e}")))?;
+        if cur.state.gateways.contains_key(&g.gateway) {
+            return Ok(cur);
+        }
+        let Some(grpid) = cur.state.free_grpid() else {
+            return Err(fail(
+                "every ANA group id is taken: the group has its most gateways".into(),
+            ));
+        };
+        let mut next = cur.state.clone();
+        next.gateways
+            .insert(g.gateway.clone(), GatewayRecord { grpid });
+        if let Some(v) = store.commit(cur.version, &next).map_err(fail)? {
+            store.announce(v);
+            info!(group = %g.name, gateway = %g.gateway, grpid, "joined the group: home ANA group {grpid}");
+        }
+    }
+    Err(fail(
+        "the group kept changing while this gateway joined".into(),
+    ))
 }
 
 /// Keeps `live` on the group's latest version until `stop` is set: waits for an

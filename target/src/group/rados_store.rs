@@ -22,6 +22,7 @@ use super::{GroupStore, Versioned};
 use crate::backend::rbd::rados::{Cas, RadosPool, Watch, WatchEvent};
 use crate::backend::spec::RbdOptions;
 
+const MS_PER_SEC: u64 = 1_000;
 /// The omap key of the version.
 const VERSION_KEY: &str = "version";
 /// The omap key of the state.
@@ -72,9 +73,17 @@ impl RadosStore {
     /// Connects to the group's pool and watches its state object (created empty, at
     /// version 0, if the group is new).
     pub fn open(g: &GatewayGroupConfig) -> Result<RadosStore, String> {
+        // RADOS calls of the group give up rather than hang past a lease: a gateway cut
+        // off from the cluster must notice it, not wait in a renewal.
+        let timeout = g.lease_ms.div_ceil(MS_PER_SEC).max(1).to_string();
         let opts = RbdOptions {
             ceph_conf: g.ceph_conf.clone(),
             client_id: g.client_id.clone(),
+            ceph_options: [
+                ("rados_osd_op_timeout".to_string(), timeout.clone()),
+                ("rados_mon_op_timeout".to_string(), timeout),
+            ]
+            .into(),
             ..Default::default()
         };
         let pool = RadosPool::open(&opts, &g.pool)
@@ -132,7 +141,11 @@ fn version_of(bytes: &[u8]) -> Result<u64, String> {
 
 impl GroupStore for RadosStore {
     fn read(&self) -> Result<Versioned, String> {
-        let Some(map) = self.pool.omap_get_all(&self.oid).map_err(|e| e.to_string())? else {
+        let Some(map) = self
+            .pool
+            .omap_get_all(&self.oid)
+            .map_err(|e| e.to_string())?
+        else {
             return Ok(Versioned::default());
         };
         let version = map.get(VERSION_KEY).map(|v| version_of(v)).transpose()?;

@@ -98,13 +98,31 @@ fn a_change_on_one_gateway_applies_on_the_others_with_their_own_listeners_and_cn
         "each gateway its own cntlid range"
     );
     let stored = store.read().unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(stored.version, Some(3));
+    // Two joins, three changes.
+    assert_eq!(stored.version, Some(5));
     assert_eq!(stored.state.listeners.keys().collect::<Vec<_>>(), ["gw-a"]);
-    assert_eq!(b.live.group().map(|g| g.applied().version), Some(Some(3)));
+    assert_eq!(b.live.group().map(|g| g.applied().version), Some(Some(5)));
+    let homes: Vec<u32> = stored.state.gateways.values().map(|g| g.grpid).collect();
+    assert_eq!(homes, [1, 2], "each gateway its own home ANA group");
+    // Namespaces are spread over the ANA groups; every listener reports all of them.
+    let grp: Vec<Option<u32>> = stored.state.subsystems[0]
+        .namespaces
+        .iter()
+        .map(|n| n.anagrpid)
+        .collect();
+    assert_eq!(grp, [Some(1)]);
+    let ana: Vec<u32> = ra.ports[0].ana_groups.iter().map(|g| g.grpid).collect();
+    assert_eq!(ana, [1, 2]);
     // A change on B lands on A, planned on the group's latest state.
     b.live.execute(&add_ns(2)).unwrap_or_else(|e| panic!("{e}"));
     a.live.group_sync().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(nsids(&a), vec![1, 2]);
+    let ns2 = a.live.running().subsystems[0].namespaces[1].anagrpid;
+    assert_eq!(
+        ns2,
+        Some(2),
+        "the second namespace goes to the less loaded group"
+    );
     // A gateway that joins later starts from the group's state.
     let c = gateway(&store, "gw-c", 200);
     assert_eq!(nsids(&c), vec![1, 2]);
@@ -138,9 +156,10 @@ fn gateways_changing_the_group_at_once_lose_no_update() {
     assert_eq!(nsids(&a), all);
     assert_eq!(nsids(&b), all);
     let stored = store.read().unwrap_or_else(|e| panic!("{e}"));
+    // Two joins, the subsystem, and one version per namespace.
     assert_eq!(
         stored.version,
-        Some(1 + u64::from(2 * EACH)),
+        Some(3 + u64::from(2 * EACH)),
         "one version per change"
     );
 }

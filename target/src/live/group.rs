@@ -72,11 +72,19 @@ impl Live {
             // This gateway catches up first: the change is planned on what it runs.
             if base != *running || link.applied().version != cur.version {
                 self.apply_locked(&mut running, base, &[], None)?;
-                link.set_applied(cur.version);
+                link.set_applied(cur.version, &cur.state);
+            }
+            if let Op::SetAna { .. } = op {
+                return Err(Refusal::new(
+                    RefusalKind::FailedPrecondition,
+                    "in a gateway group the ANA states follow the groups' leases (the owner \
+                     reports its groups optimized); they are not set by hand",
+                ));
             }
             let mut new = running.clone();
             let mut resize = Vec::new();
             edit(&mut new, op, &mut resize)?;
+            cur.state.place(&mut new);
             let next = cur.state.with_changes_of(&new, &link.config.gateway);
             if let Some(why) = next.refusal(&link.config) {
                 return Err(Refusal::new(RefusalKind::FailedPrecondition, why));
@@ -124,12 +132,30 @@ impl Live {
     /// thread, after an announcement or every [`crate::group::SYNC_INTERVAL`]).
     /// Returns what changed.
     pub fn group_sync(&self) -> Result<Vec<String>, Refusal> {
+        self.group_apply(false)
+    }
+
+    /// Applies the group's latest version with this gateway's ANA groups as they are
+    /// now: its leases changed ([`crate::group::lease`]).
+    pub fn group_ownership_changed(&self) -> Result<Vec<String>, Refusal> {
+        self.group_apply(true)
+    }
+
+    fn group_apply(&self, always: bool) -> Result<Vec<String>, Refusal> {
         let Some(link) = self.group.get() else {
             return Ok(Vec::new());
         };
         let mut running = self.running.lock();
-        let cur = self.read_group(link)?;
-        if link.applied().version == cur.version {
+        let cur = if always {
+            // (The state in force, not a read: a fenced gateway cannot read.)
+            Versioned {
+                version: link.applied().version,
+                state: link.last(),
+            }
+        } else {
+            self.read_group(link)?
+        };
+        if !always && link.applied().version == cur.version {
             return Ok(Vec::new());
         }
         let cfg = link.effective(&cur.state);
@@ -141,7 +167,7 @@ impl Live {
                     changes = changes.len(),
                     "applied the group's version"
                 );
-                link.set_applied(cur.version);
+                link.set_applied(cur.version, &cur.state);
                 Ok(changes)
             }
             Err(e) => {
@@ -167,10 +193,10 @@ impl Live {
         crate::group::check_local(&local)?;
         let mut running = self.running.lock();
         let cur = self.read_group(link)?;
-        let cfg = cur.state.effective(&local, &link.config);
+        let cfg = link.effective_with(&cur.state, &local);
         let changes = self.apply_locked(&mut running, cfg, &[], None)?;
         link.set_local(local);
-        link.set_applied(cur.version);
+        link.set_applied(cur.version, &cur.state);
         Ok(changes)
     }
 }

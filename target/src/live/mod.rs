@@ -323,8 +323,14 @@ impl Live {
         if let Some(bytes) = written {
             *self.file.lock() = Some(bytes);
         }
-        if let (Some(Save::Group { link, .. }), Some(v)) = (&save, committed) {
-            link.set_applied(Some(v));
+        if let (
+            Some(Save::Group {
+                link, new: state, ..
+            }),
+            Some(v),
+        ) = (&save, committed)
+        {
+            link.set_applied(Some(v), state);
             link.store().announce(v);
         }
         self.swap_in(plan.steps);
