@@ -22,6 +22,14 @@ const SUB: &str = "nqn.2024-01.io.nvmf-rs:gateway-group";
 /// acts on a notify at once and re-reads every 500 ms without one; the bound leaves
 /// room for a loaded CI machine.
 const SYNC_BOUND: Duration = Duration::from_secs(3);
+/// The gateways' lease (shorter than the 5 s default: the test waits for lapses).
+const LEASE: Duration = Duration::from_millis(2000);
+/// How long a gateway must be back before its group returns.
+const FAILBACK: Duration = Duration::from_millis(3000);
+/// The longest a dead gateway's group may take to move: the lease, a renewal tick
+/// (a third of it) to notice, and room for a loaded machine. The aim is 10 s
+/// with the default 5 s lease.
+const TAKEOVER_BOUND: Duration = Duration::from_secs(6);
 
 struct Gateway {
     name: &'static str,
@@ -34,9 +42,11 @@ impl Gateway {
     fn new(dir: &Path, cluster: &CephCluster, name: &'static str, cntlid_min: u16) -> Gateway {
         let cfg = dir.join(format!("{name}.yaml"));
         let yaml = format!(
-            "gateway_group:\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n",
+            "gateway_group:\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n  lease_ms: {}\n  failback_delay_ms: {}\n",
             cluster.conf().display(),
-            cntlid_min + 99
+            cntlid_min + 99,
+            LEASE.as_millis(),
+            FAILBACK.as_millis(),
         );
         std::fs::write(&cfg, yaml).unwrap_or_else(|e| panic!("{e}"));
         let mut g = Gateway {
@@ -68,6 +78,49 @@ impl Gateway {
 
     fn status(&self) -> String {
         self.ctl(&["status"])
+    }
+
+    /// The ANA groups this gateway owns, from `ctl status`.
+    fn owned(&self) -> Option<Vec<u32>> {
+        let s = self.status();
+        let line = s
+            .lines()
+            .find(|l| l.starts_with("group ANA groups owned: "))?;
+        let list = line.trim_start_matches("group ANA groups owned: ");
+        let inner = list.strip_prefix('[')?.strip_suffix(']')?;
+        Some(
+            inner
+                .split(", ")
+                .filter(|x| !x.is_empty())
+                .filter_map(|x| x.parse().ok())
+                .collect(),
+        )
+    }
+
+    /// This gateway's home ANA group, from `ctl status`.
+    fn home(&self) -> u32 {
+        let s = self.status();
+        let key = format!("{} (home ANA group ", self.name);
+        s.find(&key)
+            .and_then(|i| s[i + key.len()..].split(')').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no home group in:\n{s}", self.name))
+    }
+
+    /// Waits (20 s at most) until `ok` holds for the groups this gateway owns.
+    fn wait_owned(&self, what: &str, ok: impl Fn(&[u32]) -> bool) -> Duration {
+        let t = Instant::now();
+        loop {
+            if self.owned().is_some_and(|o| ok(&o)) {
+                return t.elapsed();
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{}: {what}:\n{}",
+                self.name,
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits until this gateway serves namespace `nsid` of [`SUB`]; how long it took.
@@ -183,6 +236,96 @@ fn three_gateways_share_one_configuration_in_rados() {
         "gw-c at its first status:\n{s}"
     );
     assert!(s.contains("gateway gw-c of group g1: version"), "{s}");
+
+    for g in &mut gws {
+        g.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ana_groups_follow_their_gateways_with_failover_and_failback() {
+    let cluster = CephCluster::start("gwlease", "64M");
+    let dir = tempdir("lease");
+    let mut gws = [
+        Gateway::new(&dir, &cluster, "gw-a", 1),
+        Gateway::new(&dir, &cluster, "gw-b", 100),
+        Gateway::new(&dir, &cluster, "gw-c", 200),
+    ];
+    // Each gateway owns its home group.
+    let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
+    let mut sorted = homes.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 3, "three home groups: {homes:?}");
+    for (g, h) in gws.iter().zip(&homes) {
+        g.wait_owned("owns its home group", |o| o == [*h]);
+    }
+    // New namespaces are spread over the groups.
+    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
+    for nsid in 1..=6 {
+        gws[nsid % 3].ctl(&["add-ns", SUB, "null:16M", "--nsid", &nsid.to_string()]);
+    }
+    let export = gws[1].ctl(&["export"]);
+    for h in &homes {
+        let n = export.matches(&format!("anagrpid: {h}\n")).count();
+        assert_eq!(n, 2, "two namespaces in ANA group {h}:\n{export}");
+    }
+
+    // SIGKILL of gw-c: one of the others takes its group, fencing gw-c's client.
+    let dead = homes[2];
+    let killed = Instant::now();
+    if let Some(mut c) = gws[2].child.take() {
+        c.kill().unwrap_or_else(|e| panic!("{e}"));
+        let _ = c.wait();
+    }
+    let taker = loop {
+        if let Some(i) = (0..2).find(|&i| gws[i].owned().is_some_and(|o| o.contains(&dead))) {
+            break i;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "group {dead} never moved"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = killed.elapsed();
+    println!(
+        "ANA group {dead} taken by {} {} ms after gw-c's SIGKILL",
+        gws[taker].name,
+        took.as_millis()
+    );
+    assert!(took < TAKEOVER_BOUND, "{took:?}");
+    let s = gws[taker].status();
+    assert!(
+        s.contains(&format!(
+            "took ANA group {dead} after its gateway was silent"
+        )),
+        "{s}"
+    );
+    assert!(s.contains("fenced the previous holder"), "{s}");
+    assert_eq!(
+        gws[1 - taker].owned(),
+        Some(vec![homes[1 - taker]]),
+        "the other keeps its own"
+    );
+
+    // gw-c restarts: its group comes back after the failback delay.
+    let back = Instant::now();
+    gws[2].start();
+    let took = gws[2].wait_owned("its group back", |o| o == [dead]);
+    let total = back.elapsed();
+    println!(
+        "ANA group {dead} back on gw-c {} ms after its restart",
+        total.as_millis()
+    );
+    assert!(
+        total >= FAILBACK,
+        "failback before the delay: {total:?} ({took:?})"
+    );
+    gws[taker].wait_owned("gave the group back", |o| o == [homes[taker]]);
+    let s = gws[taker].status();
+    assert!(s.contains(&format!("gave ANA group {dead} back")), "{s}");
 
     for g in &mut gws {
         g.stop();

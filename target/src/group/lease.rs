@@ -59,9 +59,10 @@ pub trait LeaseStore: Send + Sync {
     fn beat(&self, beat: u64) -> Result<(), LeaseError>;
     /// The beats of `gateways` (absent: never beat).
     fn beats(&self, gateways: &[String]) -> Result<BTreeMap<String, u64>, LeaseError>;
-    /// The address of the client holding (or, lapsed, last holding) ANA group
-    /// `grpid`'s lease, if any.
-    fn holder(&self, grpid: u32) -> Result<Option<String>, LeaseError>;
+    /// The address of the client holding ANA group `grpid`'s lease, if anyone holds
+    /// it (a lapsed lease has no holder: RADOS drops lapsed lockers when it lists
+    /// them, so the lease module remembers the holders it saw).
+    fn holder(&self, grpid: u32) -> Result<Option<Holder>, LeaseError>;
     /// Takes (`renew`: extends) ANA group `grpid`'s lease for `duration`; whether this
     /// gateway holds it now.
     fn try_lock(&self, grpid: u32, renew: bool, duration: Duration) -> Result<bool, LeaseError>;
@@ -71,6 +72,15 @@ pub trait LeaseStore: Send + Sync {
     fn fence(&self, addr: &str) -> Result<(), LeaseError>;
     /// This gateway's own client address (never fenced by itself).
     fn my_addr(&self) -> String;
+}
+
+/// Who holds a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its RADOS client's address (what fencing blocklists).
+    pub addr: String,
+    /// Its gateway name (the lock's cookie).
+    pub gateway: String,
 }
 
 /// Lease timing (`gateway_group.lease_ms`, `failback_ms`).
@@ -96,6 +106,32 @@ impl LeaseParams {
             failback: g
                 .failback
                 .then(|| Duration::from_millis(g.failback_delay_ms)),
+        }
+    }
+}
+
+impl std::fmt::Display for Move {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Move::Took {
+                grpid,
+                fenced,
+                silent_ms,
+            } => {
+                write!(f, "took ANA group {grpid}")?;
+                if let Some(ms) = silent_ms {
+                    write!(f, " after its gateway was silent {ms} ms")?;
+                }
+                if let Some(a) = fenced {
+                    write!(f, ", fenced the previous holder {a}")?;
+                }
+                Ok(())
+            }
+            Move::Lost { grpid, why } => write!(f, "lost ANA group {grpid}: {why}"),
+            Move::Released { grpid } => {
+                write!(f, "gave ANA group {grpid} back to its home gateway")
+            }
+            Move::Fenced => f.write_str("fenced: this gateway serves nothing of the group"),
         }
     }
 }
@@ -135,6 +171,9 @@ pub struct Owner {
     beat: u64,
     peers: BTreeMap<String, Peer>,
     own: Ownership,
+    /// The holder of each ANA group's lease when this gateway last looked: the client
+    /// to fence if the lease lapses.
+    seen: BTreeMap<u32, Holder>,
 }
 
 impl Owner {
@@ -145,6 +184,7 @@ impl Owner {
             beat: 0,
             peers: BTreeMap::new(),
             own: Ownership::default(),
+            seen: BTreeMap::new(),
         }
     }
 
@@ -180,7 +220,8 @@ impl Owner {
     }
 
     /// Takes ANA group `grpid`'s lease if it is free or lapsed, fencing its previous
-    /// holder first.
+    /// holder first unless that holder is another gateway still beating (it gave the
+    /// group back: failback).
     fn take(
         &mut self,
         s: &dyn LeaseStore,
@@ -188,11 +229,18 @@ impl Owner {
         grpid: u32,
         now: Instant,
     ) -> Result<Option<Move>, LeaseError> {
-        let before = s.holder(grpid)?;
+        let holder = s.holder(grpid)?;
+        if let Some(h) = &holder {
+            self.seen.insert(grpid, h.clone());
+        }
         if !s.try_lock(grpid, false, self.params.lease)? {
             return Ok(None);
         }
-        let stale = before.filter(|a| *a != s.my_addr());
+        let before = holder.or_else(|| self.seen.remove(&grpid));
+        let stale = before
+            .filter(|h| h.addr != s.my_addr())
+            .filter(|h| h.gateway == self.me || !self.alive(&h.gateway, now))
+            .map(|h| h.addr);
         if let Some(addr) = &stale {
             if let Err(e) = s.fence(addr) {
                 // Not safe to serve: the old holder could still write. Try again later.
@@ -200,6 +248,7 @@ impl Owner {
                 return Err(e);
             }
         }
+        self.seen.remove(&grpid);
         self.own.owned.insert(grpid);
         let silent_ms = (gw != self.me)
             .then(|| self.peers.get(gw))
@@ -243,7 +292,15 @@ impl Owner {
             } else if *gw == self.me || !self.alive(gw, now) {
                 self.take(s, gw, grpid, now)
             } else {
-                Ok(None)
+                // Someone else's, alive: remember who holds it.
+                match s.holder(grpid) {
+                    Ok(Some(a)) => {
+                        self.seen.insert(grpid, a);
+                        Ok(None)
+                    }
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(e),
+                }
             };
             match r {
                 Ok(Some(m)) => moves.push(m),
@@ -329,7 +386,7 @@ pub fn spawn(
                 if !moves.is_empty() {
                     link.set_ownership(owner.ownership().clone());
                     for m in &moves {
-                        info!(group = %name, "ANA ownership: {m:?}");
+                        info!(group = %name, "ANA ownership: {m}");
                     }
                     if let Err(e) = live.group_ownership_changed() {
                         warn!(group = %name, "ANA states not applied: {e}");

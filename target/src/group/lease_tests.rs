@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::lease::{LeaseError, LeaseParams, LeaseStore, Move, Owner};
+use super::lease::{Holder, LeaseError, LeaseParams, LeaseStore, Move, Owner};
 
 struct Lock {
     gateway: String,
@@ -26,7 +26,7 @@ struct Cluster {
 }
 
 /// One gateway's client of the shared [`Cluster`]: cls_lock's rules (identity =
-/// client address and cookie; a lapsed lock is still listed until taken).
+/// client address and cookie; a lapsed lock is not listed).
 struct Client {
     cluster: Arc<Mutex<Cluster>>,
     gateway: String,
@@ -62,10 +62,18 @@ impl LeaseStore for Client {
             .map(|(g, b)| (g.clone(), *b))
             .collect())
     }
-    fn holder(&self, grpid: u32) -> Result<Option<String>, LeaseError> {
+    fn holder(&self, grpid: u32) -> Result<Option<Holder>, LeaseError> {
         let c = self.cluster.lock();
         self.check(&c)?;
-        Ok(c.locks.get(&grpid).map(|l| l.addr.clone()))
+        // As RADOS: a lapsed lock is not listed.
+        let now = now_of(&c);
+        Ok(c.locks
+            .get(&grpid)
+            .filter(|l| l.expires > now)
+            .map(|l| Holder {
+                addr: l.addr.clone(),
+                gateway: l.gateway.clone(),
+            }))
     }
     fn try_lock(&self, grpid: u32, renew: bool, duration: Duration) -> Result<bool, LeaseError> {
         let mut c = self.cluster.lock();

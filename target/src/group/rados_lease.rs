@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::lease::{LeaseError, LeaseStore};
+use super::lease::{Holder, LeaseError, LeaseStore};
 use crate::backend::rbd::rados::{CephError, Lock, RadosPool};
 use crate::backend::rbd::EBLOCKLISTED;
 
@@ -96,12 +96,16 @@ impl LeaseStore for RadosLeases {
         Ok(out)
     }
 
-    fn holder(&self, grpid: u32) -> Result<Option<String>, LeaseError> {
+    fn holder(&self, grpid: u32) -> Result<Option<Holder>, LeaseError> {
         let lockers = self
             .pool
             .lockers(&self.lease_object(grpid), LOCK_NAME)
             .map_err(lease_error)?;
-        Ok(lockers.into_iter().next().map(|l| l.addr))
+        // The cookie is the holder's gateway name.
+        Ok(lockers.into_iter().next().map(|l| Holder {
+            addr: l.addr,
+            gateway: l.cookie,
+        }))
     }
 
     fn try_lock(&self, grpid: u32, renew: bool, duration: Duration) -> Result<bool, LeaseError> {

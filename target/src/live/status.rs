@@ -41,6 +41,31 @@ pub struct GroupStatus {
     /// Why the group's latest version could not be applied here, if it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The group's gateways and their home ANA groups.
+    #[serde(default)]
+    pub gateways: Vec<GroupGateway>,
+    /// The ANA groups this gateway holds the lease of.
+    #[serde(default)]
+    pub owned: Vec<u32>,
+    /// This gateway's RADOS client was fenced: it serves nothing of the group.
+    #[serde(default)]
+    pub fenced: bool,
+    /// The latest ownership moves here, oldest first.
+    #[serde(default)]
+    pub moves: Vec<GroupMove>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupGateway {
+    pub name: String,
+    pub grpid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMove {
+    /// Seconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    pub what: String,
 }
 
 /// The group part of the view.
@@ -54,6 +79,28 @@ pub(super) fn group(link: &crate::group::GroupLink) -> GroupStatus {
             .at
             .map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)),
         error: a.error,
+        gateways: link
+            .last()
+            .gateways
+            .iter()
+            .map(|(name, r)| GroupGateway {
+                name: name.clone(),
+                grpid: r.grpid,
+            })
+            .collect(),
+        owned: link.ownership().owned.into_iter().collect(),
+        fenced: link.ownership().fenced,
+        moves: link
+            .moves()
+            .into_iter()
+            .map(|m| GroupMove {
+                at_unix_ms: m
+                    .at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                what: m.what.to_string(),
+            })
+            .collect(),
     }
 }
 
@@ -208,6 +255,21 @@ impl std::fmt::Display for StatusView {
                     .map(|e| format!("; latest not applied: {e}"))
                     .unwrap_or_default()
             )?;
+            let members: Vec<String> = g
+                .gateways
+                .iter()
+                .map(|m| format!("{} (home ANA group {})", m.name, m.grpid))
+                .collect();
+            writeln!(f, "group gateways: {}", members.join(", "))?;
+            let owned: Vec<String> = g.owned.iter().map(u32::to_string).collect();
+            if g.fenced {
+                writeln!(f, "group ANA groups owned: none (fenced)")?;
+            } else {
+                writeln!(f, "group ANA groups owned: [{}]", owned.join(", "))?;
+            }
+            for m in &g.moves {
+                writeln!(f, "group move at {} ms: {}", m.at_unix_ms, m.what)?;
+            }
         }
         writeln!(f, "discovery genctr {}", self.genctr)?;
         for p in &self.ports {
