@@ -404,8 +404,17 @@ fn run(local: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Resul
             nvmf_target::group::spawn_sync(live.clone(), link.clone(), group_stop.clone())
                 .map_err(e)?,
         );
-        group_threads
-            .push(lease::spawn(live.clone(), link, leases, params, group_stop.clone()).map_err(e)?);
+        group_threads.push(
+            lease::spawn(
+                live.clone(),
+                link,
+                leases,
+                params,
+                group_stop.clone(),
+                Box::new(restart_self),
+            )
+            .map_err(e)?,
+        );
     }
     // Like the metrics endpoint: asked for, so a failure to serve it stops startup.
     let management = match cfg.management.as_ref() {
@@ -444,6 +453,30 @@ fn run(local: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Resul
     info!(namespaces = synced, "backends synced; shutdown complete");
     Ok(())
 }
+
+/// Replaces this process with a new run of the same binary and arguments: a fenced
+/// gateway's RADOS client is blocklisted, and a new process connects with a new one
+/// and rejoins its group. Connections end (every socket is close-on-exec); hosts
+/// reconnect through their other paths meanwhile.
+fn restart_self() {
+    use std::os::unix::process::CommandExt;
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            error!("cannot find this binary to start again: {e}; exiting");
+            std::process::exit(EXIT_RESTART_FAILED);
+        }
+    };
+    let e = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    error!("cannot start {} again: {e}; exiting", exe.display());
+    std::process::exit(EXIT_RESTART_FAILED);
+}
+
+/// Exit status of a fenced gateway that could not start itself again (a service
+/// manager restarts it).
+const EXIT_RESTART_FAILED: i32 = 75;
 
 fn stop_signals() -> nix::sys::signal::SigSet {
     use nix::sys::signal::{SigSet, Signal};

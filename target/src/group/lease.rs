@@ -36,6 +36,10 @@ use nvmf_common::config::Ownership;
 use super::GroupLink;
 use crate::live::Live;
 
+/// How long a fenced gateway keeps reporting its groups inaccessible before it
+/// starts again (hosts read the ANA log on the change notice).
+pub const FENCED_GRACE: Duration = Duration::from_secs(1);
+
 /// Why a lease call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseError {
@@ -362,12 +366,17 @@ impl Owner {
 
 /// Runs `owner` for `live`'s gateway until `stop`: one tick every
 /// [`LeaseParams::tick`], the ANA states applied after every change.
+///
+/// A fenced gateway reports every group inaccessible, waits [`FENCED_GRACE`] so hosts
+/// read the new ANA states, and calls `on_fenced` (the binary starts itself again: a
+/// new process has a new RADOS client, which is not fenced, and rejoins the group).
 pub fn spawn(
     live: Arc<Live>,
     link: Arc<GroupLink>,
     store: Arc<dyn LeaseStore>,
     params: LeaseParams,
     stop: Arc<AtomicBool>,
+    on_fenced: Box<dyn Fn() + Send>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("nvmf-lease".into())
@@ -392,6 +401,12 @@ pub fn spawn(
                         warn!(group = %name, "ANA states not applied: {e}");
                     }
                     link.record_moves(&moves);
+                    if owner.ownership().fenced {
+                        warn!(group = %name, "fenced: this gateway's RADOS client is blocklisted; rejoining with a new one");
+                        std::thread::sleep(FENCED_GRACE);
+                        on_fenced();
+                        return;
+                    }
                 }
                 let spent = started.elapsed();
                 std::thread::sleep(params.tick.saturating_sub(spent));
