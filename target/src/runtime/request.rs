@@ -114,6 +114,9 @@ pub struct Queue<T: Transport> {
     /// Commands held for QoS, in arrival order: once one waits, every later command
     /// of the queue waits behind it (never reordered).
     pub(super) held: std::collections::VecDeque<u16>,
+    /// `held` may hold commands of more than one namespace (false: one at most, so
+    /// when its first cannot go, none can).
+    pub(super) held_mixed: bool,
     pub t: T::Queue,
 }
 
@@ -175,6 +178,7 @@ impl<T: Transport> Runtime<T> {
             icd: None,
             cells: Vec::new(),
             held: std::collections::VecDeque::new(),
+            held_mixed: false,
             t: tq,
         };
         let qi = match self.queues.iter().position(Option::is_none) {

@@ -84,6 +84,8 @@ impl<T: Transport> Runtime<T> {
                 .get(usize::from(h))
                 .is_some_and(|s| nsid_of(&s.req) == nsid)
         });
+        // Held behind another namespace's commands: the FIFO is mixed from now on.
+        let joins_others = !was_empty && queue_clear;
         let Some(slot) = q.slots.get_mut(usize::from(si)) else {
             return;
         };
@@ -112,6 +114,7 @@ impl<T: Transport> Runtime<T> {
         slot.qos_held = state.is_some();
         watch::enter(slot, ReqState::Throttled, now, &self.stats.states);
         q.held.push_back(si);
+        q.held_mixed |= joins_others;
         if was_empty {
             self.held_queues.push((qi, gen));
         }
@@ -138,7 +141,10 @@ impl<T: Transport> Runtime<T> {
             };
             go.clear();
             blocked.clear();
-            // Each held command once, in order: back to the tail if it stays.
+            let mixed = q.held_mixed;
+            // Each held command once, in order: back to the tail if it stays. With one
+            // namespace in the FIFO, the first that stays keeps all the rest: put it
+            // back in front and stop (a pass costs one budget check, not a walk).
             for _ in 0..q.held.len() {
                 let Some(si) = self.live_queue(qi, gen).and_then(|q| q.held.pop_front()) else {
                     break;
@@ -146,14 +152,24 @@ impl<T: Transport> Runtime<T> {
                 match self.held_fate(qi, gen, si, now, draining, &mut blocked) {
                     Fate::Stay => {
                         if let Some(q) = self.live_queue(qi, gen) {
-                            q.held.push_back(si);
+                            if mixed {
+                                q.held.push_back(si);
+                            } else {
+                                q.held.push_front(si);
+                                break;
+                            }
                         }
                     }
                     Fate::Go => go.push(si),
                     Fate::Gone => {}
                 }
             }
-            let emptied = self.live_queue(qi, gen).is_none_or(|q| q.held.is_empty());
+            let emptied = self.live_queue(qi, gen).is_none_or(|q| {
+                if q.held.is_empty() {
+                    q.held_mixed = false;
+                }
+                q.held.is_empty()
+            });
             if emptied {
                 self.held_queues.swap_remove(i);
             } else {
@@ -225,6 +241,7 @@ impl<T: Transport> Runtime<T> {
         let now = self.now_ns;
         let Some(q) = self.queue_mut(qi) else { return };
         let held = std::mem::take(&mut q.held);
+        q.held_mixed = false;
         let mut leaving = Vec::new();
         for si in held {
             if let Some(s) = q.slots.get_mut(usize::from(si)) {
