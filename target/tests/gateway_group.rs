@@ -2,11 +2,23 @@
 //! Ceph cluster: the group's state lives in the cluster's `rbd` pool
 //! (`nvmf.group.g1`), every gateway applies what any of them changes, two gateways
 //! changing the group at once both land, and a gateway that (re)starts applies the
-//! group's current state before it serves.
+//! group's current state before it serves. ANA groups follow their gateways' leases
+//! (SIGKILL and SIGSTOP of an owner, fencing, failback), and our multipath host's
+//! verifying I/O on an RBD namespace goes through the death of its owner without an
+//! error.
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use nvmf_common::types::{Nqn, Nsid};
+use nvmf_initiator::controller::ConnectOptions;
+use nvmf_initiator::multipath::{IoPolicy, PathSet, PathState};
+use nvmf_initiator::perf::{self, parse::Rw, PerfOptions, PerfReport};
+use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy};
+use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
+use nvmf_initiator::transport::Fabric;
 
 #[allow(dead_code)]
 #[path = "support/ceph_cluster.rs"]
@@ -419,5 +431,176 @@ fn a_gateway_file_with_subsystems_is_refused() {
     );
     assert!(!ok, "{out}");
     assert!(out.contains("belong to the group"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000c7";
+/// Bytes of the image the host's jobs cover, and its block size.
+const SPAN: u64 = 8 << 20;
+const BLOCK: u64 = 4096;
+/// I/O queues per path and perf jobs.
+const WORKERS: u16 = 2;
+
+fn connect_options() -> ConnectOptions {
+    let nqn = |s: &str| Nqn::new(s).unwrap_or_else(|e| panic!("{e}"));
+    let mut o = ConnectOptions::new(nqn(SUB), nqn(HOSTNQN), [0xC7; 16]);
+    o.nr_io_queues = WORKERS;
+    o.queue_size = 32;
+    // Longer than a takeover (lease, tick, fence) plus librbd taking the image's lock.
+    o.command_timeout = Duration::from_secs(30);
+    o.connect_timeout = Duration::from_secs(5);
+    o
+}
+
+fn wait_path(set: &PathSet, i: usize, state: PathState) -> Duration {
+    let t = Instant::now();
+    while set.state(i) != state {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "path {i} is {:?}, not {state:?}",
+            set.state(i)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+/// A verifying run over the paths; fails the test on any error or mismatch.
+fn verified(set: &Arc<PathSet>, rw: Rw, runtime: Option<Duration>) -> PerfReport {
+    let opts = PerfOptions {
+        rw,
+        iodepth: 8,
+        numjobs: u32::from(WORKERS),
+        runtime,
+        size: Some(SPAN),
+        verify: true,
+        ..Default::default()
+    };
+    let r =
+        perf::run_paths(set, IoPolicy::RoundRobin, &opts).unwrap_or_else(|e| panic!("perf: {e}"));
+    assert!(!r.failed(), "{}", r.format_normal());
+    assert!(
+        r.verify.blocks_checked > 0 && r.verify.failure_count == 0,
+        "{}",
+        r.format_normal()
+    );
+    r
+}
+
+fn path_ios(r: &PerfReport) -> Vec<u64> {
+    r.path_ios().iter().map(|p| p.ios).collect()
+}
+
+#[test]
+fn a_host_s_verified_io_goes_through_the_death_of_the_namespace_s_owner() {
+    let cluster = CephCluster::start("gwio", "64M");
+    let dir = tempdir("io");
+    let mut gws = [
+        Gateway::new(&dir, &cluster, "gw-a", 1),
+        Gateway::new(&dir, &cluster, "gw-b", 100),
+        Gateway::new(&dir, &cluster, "gw-c", 200),
+    ];
+    let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
+    let conf = cluster.conf().display().to_string();
+    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
+    gws[0].ctl(&[
+        "add-ns",
+        SUB,
+        "rbd:rbd/img",
+        "--nsid",
+        "1",
+        "--ceph-conf",
+        &conf,
+    ]);
+    let export = gws[0].ctl(&["export"]);
+    let owner = (0..3)
+        .find(|&i| export.contains(&format!("anagrpid: {}\n", homes[i])))
+        .unwrap_or_else(|| panic!("namespace 1 in no gateway's group:\n{export}"));
+    let mut ports = Vec::new();
+    for (i, g) in gws.iter().enumerate() {
+        let port = free_port();
+        ports.push(port);
+        let portid = (i + 1).to_string();
+        g.ctl(&["add-port", &portid, "tcp", "127.0.0.1", &port.to_string()]);
+        g.ctl(&["link-subsystem", &portid, SUB]);
+        g.wait_owned("owns its home group", |o| o == [homes[i]]);
+    }
+    let fabrics: Vec<(String, Arc<dyn Fabric>)> = gws
+        .iter()
+        .zip(&ports)
+        .map(|(g, p)| {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], *p));
+            let f: Arc<dyn Fabric> = Arc::new(TcpFabric::new(addr, TcpOptions::default()));
+            (g.name.to_string(), f)
+        })
+        .collect();
+    let policy = ReconnectPolicy {
+        reconnect_delay: Duration::from_millis(200),
+        ctrl_loss_tmo: Some(Duration::from_secs(120)),
+        retry: RetryPolicy::Retry,
+    };
+    let set = PathSet::connect(
+        fabrics,
+        connect_options(),
+        policy,
+        Nsid(1),
+        usize::from(WORKERS),
+    )
+    .unwrap_or_else(|e| panic!("connect: {e}"));
+    for i in 0..3 {
+        let want = if i == owner {
+            PathState::Optimized
+        } else {
+            PathState::NonOptimized
+        };
+        wait_path(&set, i, want);
+    }
+
+    // Every block written once, through the owner only.
+    let r = verified(&set, Rw::Write, None);
+    assert_eq!(r.write.ios, SPAN / BLOCK, "{}", r.format_normal());
+    let first = path_ios(&r);
+    println!("initial pass: paths {first:?}");
+    assert!(
+        first
+            .iter()
+            .enumerate()
+            .all(|(i, n)| (i == owner) == (*n > 0)),
+        "{first:?}"
+    );
+
+    // The owner is killed under verifying random writes: the host sees no error.
+    let r = std::thread::scope(|s| {
+        let killer = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            if let Some(mut c) = gws[owner].child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        });
+        let r = verified(&set, Rw::RandWrite, Some(Duration::from_secs(8)));
+        killer.join().unwrap_or_else(|_| panic!("killer panicked"));
+        r
+    });
+    let after = path_ios(&r);
+    println!(
+        "owner {} SIGKILLed under I/O: {} I/Os, paths {after:?}, longest {:.1} ms, 0 errors",
+        gws[owner].name,
+        r.total_ios(),
+        r.latency().max() as f64 / 1e6
+    );
+    let taker = (0..3)
+        .find(|&i| i != owner && gws[i].owned().is_some_and(|o| o.contains(&homes[owner])))
+        .unwrap_or_else(|| panic!("nobody took group {}", homes[owner]));
+    wait_path(&set, taker, PathState::Optimized);
+    assert!(after[taker] > 0, "the new owner carried nothing: {after:?}");
+
+    // Every block holds what an acknowledged write put there.
+    let r = verified(&set, Rw::Read, None);
+    assert_eq!(r.verify.blocks_checked, SPAN / 512, "{}", r.format_normal());
+    drop(set);
+    for g in &mut gws {
+        g.stop();
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
