@@ -398,6 +398,10 @@ fn run(local: &Config, config_path: Option<PathBuf>, ctl_socket: &Path) -> Resul
     let mut group_threads = Vec::new();
     if let Some((link, leases)) = group {
         live.join_group(link.clone());
+        let figures = link.clone();
+        target
+            .metrics
+            .set_gateway_group(Box::new(move || figures.metrics_row()));
         let e = |e: std::io::Error| format!("cannot start the group's threads: {e}");
         let params = lease::LeaseParams::of(&link.config);
         group_threads.push(

@@ -48,13 +48,15 @@ struct Gateway {
     cfg: PathBuf,
     sock: PathBuf,
     child: Option<Child>,
+    metrics_port: u16,
 }
 
 impl Gateway {
     fn new(dir: &Path, cluster: &CephCluster, name: &'static str, cntlid_min: u16) -> Gateway {
         let cfg = dir.join(format!("{name}.yaml"));
+        let metrics_port = free_port();
         let yaml = format!(
-            "gateway_group:\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n  lease_ms: {}\n  failback_delay_ms: {}\n",
+            "metrics: {{ listen: \"127.0.0.1:{metrics_port}\" }}\ngateway_group:\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n  lease_ms: {}\n  failback_delay_ms: {}\n",
             cluster.conf().display(),
             cntlid_min + 99,
             LEASE.as_millis(),
@@ -66,6 +68,7 @@ impl Gateway {
             cfg,
             sock: dir.join(format!("{name}.sock")),
             child: None,
+            metrics_port,
         };
         g.start();
         g
@@ -90,6 +93,18 @@ impl Gateway {
 
     fn status(&self) -> String {
         self.ctl(&["status"])
+    }
+
+    /// The metrics endpoint's text.
+    fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port))
+            .unwrap_or_else(|e| panic!("{}: metrics: {e}", self.name));
+        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap_or_else(|e| panic!("{e}"));
+        out
     }
 
     /// The ANA groups this gateway owns, from `ctl status`.
@@ -325,6 +340,17 @@ fn ana_groups_follow_their_gateways_with_failover_and_failback() {
         gws[1 - taker].owned(),
         Some(vec![homes[1 - taker]]),
         "the other keeps its own"
+    );
+    let m = gws[taker].metrics();
+    let owned_line = format!(
+        "nvmf_gateway_group_ana_owned{{group=\"g1\",gateway=\"{}\",grpid=\"{dead}\"}} 1",
+        gws[taker].name
+    );
+    assert!(m.contains(&owned_line), "{owned_line} not in:\n{m}");
+    assert!(m.contains("nvmf_gateway_group_takeovers_total{"), "{m}");
+    assert!(
+        m.contains("nvmf_gateway_group_last_takeover_silence_seconds{"),
+        "{m}"
     );
 
     // gw-c restarts: its group comes back after the failback delay.

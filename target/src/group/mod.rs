@@ -92,6 +92,17 @@ pub struct GroupLink {
     last: Mutex<GroupState>,
     /// The latest ownership moves, newest last ([`MOVES_KEPT`]).
     moves: Mutex<std::collections::VecDeque<MoveRecord>>,
+    /// Moves counted since start.
+    counts: Mutex<MoveCounts>,
+}
+
+/// Ownership moves counted since start (metrics).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MoveCounts {
+    pub takeovers: u64,
+    pub releases: u64,
+    pub losses: u64,
+    pub last_takeover_silent_ms: u64,
 }
 
 /// Ownership moves kept for `status`.
@@ -114,6 +125,7 @@ impl GroupLink {
             ownership: Mutex::new(Ownership::default()),
             last: Mutex::new(GroupState::default()),
             moves: Mutex::new(std::collections::VecDeque::new()),
+            counts: Mutex::new(MoveCounts::default()),
         }
     }
 
@@ -153,6 +165,23 @@ impl GroupLink {
 
     /// Remembers what the lease thread changed.
     pub(crate) fn record_moves(&self, moves: &[lease::Move]) {
+        {
+            let mut c = self.counts.lock();
+            for what in moves {
+                match what {
+                    lease::Move::Took {
+                        silent_ms: Some(ms),
+                        ..
+                    } => {
+                        c.takeovers += 1;
+                        c.last_takeover_silent_ms = *ms;
+                    }
+                    lease::Move::Took { .. } | lease::Move::Fenced => {}
+                    lease::Move::Released { .. } => c.releases += 1,
+                    lease::Move::Lost { .. } => c.losses += 1,
+                }
+            }
+        }
         let mut m = self.moves.lock();
         for what in moves {
             if m.len() == MOVES_KEPT {
@@ -162,6 +191,28 @@ impl GroupLink {
                 at: std::time::SystemTime::now(),
                 what: what.clone(),
             });
+        }
+    }
+
+    /// The figures the metrics endpoint shows.
+    pub fn metrics_row(&self) -> crate::metrics::GatewayGroupRow {
+        let own = self.ownership();
+        let c = *self.counts.lock();
+        crate::metrics::GatewayGroupRow {
+            group: self.config.name.clone(),
+            gateway: self.config.gateway.clone(),
+            version: self.applied().version.unwrap_or(0),
+            ana_groups: self
+                .last()
+                .ana_groups()
+                .into_iter()
+                .map(|g| (g, own.owned.contains(&g)))
+                .collect(),
+            fenced: own.fenced,
+            takeovers: c.takeovers,
+            releases: c.releases,
+            losses: c.losses,
+            last_takeover_silent_ms: c.last_takeover_silent_ms,
         }
     }
 

@@ -473,6 +473,8 @@ pub fn status_reply(v: &StatusView) -> Result<pb::StatusReply, Status> {
                         backend: n.backend.clone(),
                         size_bytes: n.size_bytes,
                         block_size: n.block_size,
+                        auto_visible: n.auto_visible,
+                        visible_to: n.visible_to.clone(),
                     })
                     .collect(),
                 controllers: s
@@ -483,6 +485,30 @@ pub fn status_reply(v: &StatusView) -> Result<pb::StatusReply, Status> {
             })
             .collect(),
         view_json: serde_json::to_string(v).map_err(|e| Status::internal(e.to_string()))?,
+        gateway_group: v.group.as_ref().map(|g| pb::GatewayGroupStatus {
+            name: g.name.clone(),
+            gateway: g.gateway.clone(),
+            version: g.version.unwrap_or(0),
+            error: g.error.clone().unwrap_or_default(),
+            members: g
+                .gateways
+                .iter()
+                .map(|m| pb::GroupMember {
+                    gateway: m.name.clone(),
+                    ana_group: m.grpid,
+                })
+                .collect(),
+            owned_ana_groups: g.owned.clone(),
+            fenced: g.fenced,
+            moves: g
+                .moves
+                .iter()
+                .map(|m| pb::GroupMove {
+                    at_unix_ms: m.at_unix_ms,
+                    what: m.what.clone(),
+                })
+                .collect(),
+        }),
     })
 }
 

@@ -87,6 +87,10 @@ fn gauge(e: &mut MetricEncoder<'_>, labels: &Labels, v: u64) -> std::fmt::Result
     e.encode_family(labels)?.encode_gauge(&v)
 }
 
+fn gauge_f(e: &mut MetricEncoder<'_>, labels: &Labels, v: f64) -> std::fmt::Result {
+    e.encode_family(labels)?.encode_gauge(&v)
+}
+
 /// Reads and writes that name no namespace never happen (a failed one is charged to
 /// the namespace its NSID names): such always-zero series of nsid 0 are left out
 /// rather than printed for every host.
@@ -395,6 +399,7 @@ impl Collector for SnapshotCollector {
         self.encode_io(&mut enc)?;
         self.encode_controllers(&mut enc)?;
         self.encode_qos(&mut enc)?;
+        self.encode_gateway_group(&mut enc)?;
         self.encode_groups(&mut enc)
     }
 }
@@ -456,5 +461,67 @@ impl SnapshotCollector {
             gauge(&mut e, &ns_labels(q), q.stats.queued)?;
         }
         Ok(())
+    }
+}
+
+impl SnapshotCollector {
+    /// The gateway group: membership, ANA groups owned, failovers and failbacks.
+    fn encode_gateway_group(&self, enc: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
+        let Some(g) = &self.0.gateway_group else {
+            return Ok(());
+        };
+        let who: Labels = vec![("group", g.group.clone()), ("gateway", g.gateway.clone())];
+        let mut e = enc.encode_descriptor(
+            "gateway_group_version",
+            "The gateway group's configuration version in force on this gateway.",
+            None,
+            MetricType::Gauge,
+        )?;
+        gauge(&mut e, &who, g.version)?;
+        let mut e = enc.encode_descriptor(
+            "gateway_group_ana_owned",
+            "1 where this gateway holds the ANA group's lease (reports it optimized).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (grpid, owned) in &g.ana_groups {
+            let mut l = who.clone();
+            l.push(("grpid", grpid.to_string()));
+            gauge(&mut e, &l, u64::from(*owned))?;
+        }
+        let mut e = enc.encode_descriptor(
+            "gateway_group_fenced",
+            "1 when this gateway's RADOS client is fenced (it serves nothing of the group).",
+            None,
+            MetricType::Gauge,
+        )?;
+        gauge(&mut e, &who, u64::from(g.fenced))?;
+        for (name, help, v) in [
+            (
+                "gateway_group_takeovers",
+                "ANA groups this gateway took from a gateway that fell silent.",
+                g.takeovers,
+            ),
+            (
+                "gateway_group_failbacks",
+                "ANA groups this gateway gave back to their home gateway.",
+                g.releases,
+            ),
+            (
+                "gateway_group_lease_losses",
+                "ANA group leases this gateway lost.",
+                g.losses,
+            ),
+        ] {
+            let mut e = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            counter(&mut e, &who, v)?;
+        }
+        let mut e = enc.encode_descriptor(
+            "gateway_group_last_takeover_silence_seconds",
+            "How long the gateway whose ANA group this gateway last took had been silent.",
+            None,
+            MetricType::Gauge,
+        )?;
+        gauge_f(&mut e, &who, g.last_takeover_silent_ms as f64 / MS_PER_SEC)
     }
 }

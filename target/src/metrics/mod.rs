@@ -59,6 +59,31 @@ pub struct Registry {
     cells: Mutex<Vec<Arc<IoCell>>>,
     groups: Mutex<Vec<(String, Weak<GroupStats>)>>,
     events: Mutex<BTreeMap<EventKey, u64>>,
+    /// The gateway group's figures, read at each snapshot (a gateway of a group only).
+    gateway_group: std::sync::OnceLock<GatewayGroupSource>,
+}
+
+/// Gives the gateway group's figures for a snapshot.
+pub type GatewayGroupSource = Box<dyn Fn() -> GatewayGroupRow + Send + Sync>;
+
+/// A gateway's view of its group ([`crate::group`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GatewayGroupRow {
+    pub group: String,
+    pub gateway: String,
+    /// The group's version in force here.
+    pub version: u64,
+    /// Every ANA group of the group, and whether this gateway owns it.
+    pub ana_groups: Vec<(u32, bool)>,
+    pub fenced: bool,
+    /// ANA groups this gateway took from a gateway that fell silent (failovers).
+    pub takeovers: u64,
+    /// ANA groups it gave back to their home gateway (failbacks).
+    pub releases: u64,
+    /// Leases it lost.
+    pub losses: u64,
+    /// How long the gateway whose group it last took had been silent, in ms.
+    pub last_takeover_silent_ms: u64,
 }
 
 impl Default for Registry {
@@ -68,11 +93,17 @@ impl Default for Registry {
             cells: Mutex::new(Vec::new()),
             groups: Mutex::new(Vec::new()),
             events: Mutex::new(BTreeMap::new()),
+            gateway_group: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl Registry {
+    /// Makes the snapshots carry the gateway group's figures (once, at join).
+    pub fn set_gateway_group(&self, source: GatewayGroupSource) {
+        let _ = self.gateway_group.set(source);
+    }
+
     /// The cell of `key`, made on first use. Cells live as long as the target, so
     /// counters never go backwards when queues come and go; their number is bounded
     /// by subsystems x namespaces x hosts x ports x poll groups.
@@ -194,6 +225,9 @@ pub struct Snapshot {
     /// Namespaces with QoS limits (or held commands in the past): limits and counters.
     #[serde(default)]
     pub qos: Vec<QosRow>,
+    /// The gateway group, when this target is a gateway of one.
+    #[serde(default)]
+    pub gateway_group: Option<GatewayGroupRow>,
 }
 
 /// The QoS limits and counters of one namespace, summed over poll groups.
@@ -255,6 +289,7 @@ pub fn snapshot(target: &Target) -> Snapshot {
             .collect(),
         namespaces,
         qos,
+        gateway_group: reg.gateway_group.get().map(|f| f()),
     }
 }
 
