@@ -45,6 +45,8 @@ const TAKEOVER_BOUND: Duration = Duration::from_secs(6);
 
 struct Gateway {
     name: &'static str,
+    /// The admin socket of the gateway's RADOS client (Ceph's, not ours).
+    asok: PathBuf,
     cfg: PathBuf,
     sock: PathBuf,
     child: Option<Child>,
@@ -56,7 +58,8 @@ impl Gateway {
         let cfg = dir.join(format!("{name}.yaml"));
         let metrics_port = free_port();
         let yaml = format!(
-            "metrics: {{ listen: \"127.0.0.1:{metrics_port}\" }}\ngateway_group:\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n  lease_ms: {}\n  failback_delay_ms: {}\n",
+            "metrics: {{ listen: \"127.0.0.1:{metrics_port}\" }}\ngateway_group:\n  ceph_options: {{ admin_socket: \"{}\" }}\n  name: g1\n  gateway: {name}\n  ceph_conf: {}\n  pool: rbd\n  cntlid_min: {cntlid_min}\n  cntlid_max: {}\n  lease_ms: {}\n  failback_delay_ms: {}\n",
+            dir.join(format!("{name}.asok")).display(),
             cluster.conf().display(),
             cntlid_min + 99,
             LEASE.as_millis(),
@@ -65,6 +68,7 @@ impl Gateway {
         std::fs::write(&cfg, yaml).unwrap_or_else(|e| panic!("{e}"));
         let mut g = Gateway {
             name,
+            asok: dir.join(format!("{name}.asok")),
             cfg,
             sock: dir.join(format!("{name}.sock")),
             child: None,
@@ -430,6 +434,88 @@ fn ana_groups_follow_their_gateways_with_failover_and_failback() {
     );
     gws[taker].wait_owned("gave gw-b's group back", |o| o == [homes[taker]]);
 
+    for g in &mut gws {
+        g.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Drops (`on`) or lets through again every message between `g`'s RADOS client and
+/// the cluster's monitor and OSD, through the client's admin socket: a partition of
+/// that gateway from Ceph, its NVMe/TCP side untouched.
+fn partition(cluster: &CephCluster, g: &Gateway, on: bool) {
+    let v = if on { "true" } else { "false" };
+    for opt in ["ms_blackhole_osd", "ms_blackhole_mon"] {
+        let out = std::process::Command::new("ceph")
+            .arg("-c")
+            .arg(cluster.conf())
+            .arg("--admin-daemon")
+            .arg(&g.asok)
+            .args(["config", "set", opt, v])
+            .output()
+            .unwrap_or_else(|e| panic!("ceph --admin-daemon: {e}"));
+        assert!(
+            out.status.success(),
+            "{}: config set {opt} {v}: {}",
+            g.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_gateway_cut_off_from_ceph_is_handled_as_a_death() {
+    let cluster = CephCluster::start("gwpart", "64M");
+    let dir = tempdir("part");
+    let mut gws = [
+        Gateway::new(&dir, &cluster, "gw-a", 1),
+        Gateway::new(&dir, &cluster, "gw-b", 100),
+        Gateway::new(&dir, &cluster, "gw-c", 200),
+    ];
+    let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
+    for (g, h) in gws.iter().zip(&homes) {
+        g.wait_owned("owns its home group", |o| o == [*h]);
+    }
+    let b_pid = gws[1].child.as_ref().map(Child::id);
+    partition(&cluster, &gws[1], true);
+    let cut = Instant::now();
+    let taker = loop {
+        if let Some(i) = [0, 2]
+            .into_iter()
+            .find(|&i| gws[i].owned().is_some_and(|o| o.contains(&homes[1])))
+        {
+            break i;
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(20),
+            "gw-b's group never moved"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = cut.elapsed();
+    println!(
+        "gw-b cut off from Ceph: its group taken by {} after {} ms",
+        gws[taker].name,
+        took.as_millis()
+    );
+    assert!(took < TAKEOVER_BOUND, "{took:?}");
+    assert!(gws[taker].status().contains("fenced the previous holder"));
+    // gw-b itself, unable to renew, stops reporting its group optimized.
+    gws[1].wait_owned("gave up its group", |o| o.is_empty());
+
+    // Healed: gw-b finds itself fenced, starts again, rejoins, gets its group back.
+    partition(&cluster, &gws[1], false);
+    let healed = Instant::now();
+    gws[1].wait_owned("rejoined with its group", |o| o == [homes[1]]);
+    println!(
+        "gw-b healed: its group back after {} ms",
+        healed.elapsed().as_millis()
+    );
+    assert_eq!(
+        gws[1].child.as_ref().map(Child::id),
+        b_pid,
+        "restarted by exec, same process"
+    );
     for g in &mut gws {
         g.stop();
     }

@@ -47,6 +47,10 @@ pub struct GatewayGroupConfig {
     /// RADOS client id (`admin` for `client.admin`); default: librados'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
+    /// Ceph client options of the group's RADOS client (which the gateway's RBD
+    /// namespaces share), set after `ceph_conf` is read: `{ admin_socket: PATH }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ceph_options: BTreeMap<String, String>,
     /// The pool of the group's objects.
     pub pool: String,
     /// Smallest controller id this gateway hands out.

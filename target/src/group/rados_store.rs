@@ -76,14 +76,19 @@ impl RadosStore {
         // RADOS calls of the group give up rather than hang past a lease: a gateway cut
         // off from the cluster must notice it, not wait in a renewal.
         let timeout = g.lease_ms.div_ceil(MS_PER_SEC).max(1).to_string();
+        // Images served by several gateways must not be cached in one of them.
+        let mut ceph_options: std::collections::BTreeMap<String, String> = [
+            ("rados_osd_op_timeout".to_string(), timeout.clone()),
+            ("rados_mon_op_timeout".to_string(), timeout),
+            ("rbd_cache".to_string(), "false".to_string()),
+        ]
+        .into();
+        // The operator's options win.
+        ceph_options.extend(g.ceph_options.clone());
         let opts = RbdOptions {
             ceph_conf: g.ceph_conf.clone(),
             client_id: g.client_id.clone(),
-            ceph_options: [
-                ("rados_osd_op_timeout".to_string(), timeout.clone()),
-                ("rados_mon_op_timeout".to_string(), timeout),
-            ]
-            .into(),
+            ceph_options,
             ..Default::default()
         };
         let pool = RadosPool::open(&opts, &g.pool)
