@@ -71,7 +71,8 @@ pub struct RadosStore {
 
 impl RadosStore {
     /// Connects to the group's pool and watches its state object (created empty, at
-    /// version 0, if the group is new).
+    /// version 0, if the group is new). The client is also the one of the gateway's RBD
+    /// images of the same cluster settings (`rbd::shared`), so fencing it fences them.
     pub fn open(g: &GatewayGroupConfig) -> Result<RadosStore, String> {
         // RADOS calls of the group give up rather than hang past a lease: a gateway cut
         // off from the cluster must notice it, not wait in a renewal.
@@ -99,6 +100,14 @@ impl RadosStore {
             signal: Arc::new(Signal::default()),
             watch: Mutex::new(None),
         };
+        // Images opened from now on with the group's ceph_conf and client_id use this
+        // client, its op timeouts (the lease) included: librbd's ETIMEDOUT then maps to
+        // Namespace Not Ready, retryable (rbd::map_errno).
+        crate::backend::rbd::shared::share_client(
+            store.pool.clone(),
+            g.ceph_conf.clone(),
+            g.client_id.clone(),
+        );
         let empty = GroupState::default().to_bytes()?;
         let created = store
             .pool

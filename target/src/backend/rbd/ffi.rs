@@ -6,9 +6,16 @@
 //!
 //! # Ownership
 //!
-//! * [`Image`] owns one cluster handle (`rados_t`), one pool context and one open image,
+//! * [`Image`] has one cluster handle (`rados_t`), one pool context and one open image,
 //!   and closes them in reverse order on drop. It is shared (`Arc`) by the backend and
 //!   every operation in flight, so it cannot be closed under an operation.
+//! * The cluster handle is the image's own ([`Image::open`], [`Image::pool`]: created,
+//!   connected and shut down by it) or shared ([`Image::open_on`]: the connected handle
+//!   of another `Image`, the one that created it, e.g. a gateway group's
+//!   [`super::rados::RadosPool`]). A shared image holds an `Arc` to that owner and on
+//!   drop closes only its image and its pool context; the owner reference goes after
+//!   them, so the handle is shut down once the owner and every image opened on it are
+//!   gone, never under one of them.
 //! * [`Completions`] is a channel's completion mailbox: a lock-free queue
 //!   ([`std::sync::mpsc`]) and an eventfd. librbd's callback thread only pushes a
 //!   [`Done`] and writes the eventfd ([`on_complete`]); the poll group does everything
@@ -20,7 +27,8 @@
 //!   unfinished leaks its buffer and image reference instead of freeing them.
 //! * librbd's callback holds only the mailbox, never the [`Image`], so the last
 //!   reference to an image is never dropped on librbd's own thread (where `rbd_close`
-//!   would wait for itself).
+//!   would wait for itself), nor, through a shared image, the last reference to the
+//!   owner of its cluster handle (where `rados_shutdown` would join that thread).
 //!
 //! # Ordering
 //!
@@ -252,6 +260,10 @@ pub struct ClusterParams<'a> {
 /// A cluster connection, a pool context and an open image (see the module docs).
 pub struct Image {
     cluster: rados_t,
+    /// `None`: `cluster` is this Image's own, shut down by its drop. `Some`: the Image
+    /// that owns `cluster` (never itself a shared one), kept alive by this reference
+    /// until this image and its pool context are closed (module docs).
+    owner: Option<Arc<Image>>,
     ioctx: rados_ioctx_t,
     image: rbd_image_t,
 }
@@ -281,6 +293,7 @@ impl Image {
         // From here on the Image owns the handle, and its Drop shuts it down.
         Ok(Image {
             cluster,
+            owner: None,
             ioctx: std::ptr::null_mut(),
             image: std::ptr::null_mut(),
         })
@@ -302,12 +315,62 @@ impl Image {
     /// Connects to the cluster and opens `pool`/`name` (its head, read-write).
     pub fn open(params: &ClusterParams<'_>, pool: &str, name: &str) -> Result<Image, ClusterError> {
         let mut img = Image::pool(params, pool)?;
+        img.open_image(name)?;
+        Ok(img)
+    }
+
+    /// Opens `pool`/`name` (its head, read-write) on `client`'s connected cluster
+    /// handle, with a pool context of its own: no new connection. The returned image
+    /// keeps the handle's owner alive and does not shut the handle down (module docs).
+    /// Operations of the image are the owner's client's: same address, same
+    /// configuration (`rbd_cache`, timeouts), fenced together.
+    pub fn open_on(client: &Arc<Image>, pool: &str, name: &str) -> Result<Image, CephError> {
+        // Only `create` makes an Image without a pool context, and it never leaves this
+        // module unconnected; check anyway rather than use an unconnected handle.
+        if client.ioctx.is_null() {
+            return Err(CephError {
+                call: "rados_ioctx_create",
+                errno: libc::ENOTCONN,
+            });
+        }
+        let owner = client.owner.clone().unwrap_or_else(|| client.clone());
+        // From here on Drop closes what is opened below, and leaves the handle to `owner`.
+        let mut img = Image {
+            cluster: owner.cluster,
+            owner: Some(owner),
+            ioctx: std::ptr::null_mut(),
+            image: std::ptr::null_mut(),
+        };
+        let pool_c = cstring("rados_ioctx_create", pool)?;
+        // SAFETY: connected cluster handle (the owner has a pool context, so it
+        // connected), kept alive by `img.owner`; NUL-terminated pool name; valid
+        // out-pointer. librados handles are thread-safe: other images and the owner may
+        // use the handle at the same time.
+        let rc = unsafe { rados_ioctx_create(img.cluster, pool_c.as_ptr(), &mut img.ioctx) };
+        check("rados_ioctx_create", rc)?;
+        img.open_image(name)?;
+        Ok(img)
+    }
+
+    /// Opens image `name` (its head, read-write) in this handle's pool context.
+    fn open_image(&mut self, name: &str) -> Result<(), CephError> {
         let name_c = cstring("rbd_open", name)?;
         // SAFETY: valid pool context, NUL-terminated image name, valid out-pointer; a
         // null snapshot name opens the image head read-write.
-        let rc = unsafe { rbd_open(img.ioctx, name_c.as_ptr(), &mut img.image, std::ptr::null()) };
-        check("rbd_open", rc)?;
-        Ok(img)
+        let rc = unsafe {
+            rbd_open(
+                self.ioctx,
+                name_c.as_ptr(),
+                &mut self.image,
+                std::ptr::null(),
+            )
+        };
+        check("rbd_open", rc)
+    }
+
+    /// Whether this image uses another Image's cluster handle ([`Image::open_on`]).
+    pub fn shares_client(&self) -> bool {
+        self.owner.is_some()
     }
 
     /// Connects to the cluster and opens a context on `pool` (no image).
@@ -540,8 +603,13 @@ impl Drop for Image {
             // SAFETY: created by rados_ioctx_create, destroyed once, its image closed.
             unsafe { rados_ioctx_destroy(self.ioctx) };
         }
-        // SAFETY: created by rados_create, shut down once, after its pool context.
-        unsafe { rados_shutdown(self.cluster) };
+        if self.owner.is_none() {
+            // SAFETY: created by rados_create, shut down once, after its pool context;
+            // no image shares it any more (each would hold an `Arc` to this Image).
+            unsafe { rados_shutdown(self.cluster) };
+        }
+        // A shared handle: `owner` is dropped after this body, once this image and its
+        // pool context are closed; the last reference shuts the handle down.
     }
 }
 

@@ -4,7 +4,10 @@
 //!
 //! [`RbdBackend::open`] creates one librados client (`client.<client_id>`, the
 //! namespace's `ceph_conf` and `keyring` or librados' defaults), connects, and opens
-//! the image head read-write. The namespace size is `rbd_get_size` rounded down to a
+//! the image head read-write. In a gateway of a group, an image whose namespace has
+//! the group's `ceph_conf` and `client_id` and no client settings of its own is opened
+//! on the group's client instead, so that fencing the gateway fences its writes
+//! ([`shared`]). The namespace size is `rbd_get_size` rounded down to a
 //! whole number of blocks (512-byte blocks unless the namespace says otherwise). The
 //! Volatile Write Cache is reported from the client's `rbd_cache` setting
 //! (`rados_conf_get`): with librbd's write-back cache on, a write completes once it is
@@ -33,7 +36,8 @@
 //! # Ownership and ordering
 //!
 //! The backend and every channel share one [`ffi::Image`] (one cluster connection per
-//! namespace; librbd is thread-safe per image). Each channel owns a completion mailbox
+//! namespace, or the group's connection shared by its images: [`shared`]; librbd is
+//! thread-safe per image). Each channel owns a completion mailbox
 //! (lock-free queue + eventfd, exposed as [`IoChannel::event_fd`] so interrupt-mode poll
 //! groups wake) and a slot table of operations in flight; librbd's callback thread only
 //! pushes to the mailbox (see [`ffi`]). A channel's data buffers stay in its slot table
@@ -63,6 +67,8 @@
 //! (retryable), so a host retries it or moves it to another gateway. Choose it below
 //! the hosts' command timeout and above a normal OSD failover (peering takes seconds);
 //! once the OSD answers again, new commands succeed (`tests/rbd.rs` shows both).
+//! An image on a gateway group's client ([`shared`]) has the group's timeouts: the
+//! lease, in seconds.
 //!
 //! # Resize
 //!
@@ -92,11 +98,14 @@
 //!
 //! A gateway that another client fenced (the lock broken with blocklisting, `rbd lock
 //! break` or a dead-client recovery) gets `EBLOCKLISTED` from then on; it answers with
-//! a retryable path error so hosts move to the gateway that holds the lock.
+//! a retryable path error so hosts move to the gateway that holds the lock. In a
+//! gateway group the takeover of an ANA group fences the old owner's group client,
+//! which is also its images' client ([`shared`]).
 
 mod ffi;
 pub mod provision;
 pub mod rados;
+pub mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -158,12 +167,27 @@ pub struct RbdBackend {
 }
 
 impl RbdBackend {
-    /// Connects to the cluster and opens `pool`/`image`.
+    /// Opens `pool`/`image`: on the client [`shared::share_client`] registered when
+    /// `opts` match it, else on a new client of its own.
     pub fn open(
         pool: &str,
         image: &str,
         opts: &RbdOptions,
         block_size: Option<u32>,
+    ) -> Result<RbdBackend, OpenError> {
+        let spec = format!("rbd:{pool}/{image}");
+        let client = shared::client_for(&spec, opts);
+        RbdBackend::open_with(pool, image, opts, block_size, client.as_ref())
+    }
+
+    /// Opens `pool`/`image` on `client`'s cluster handle (its `opts` are then not
+    /// used), or with `None` connects a client of its own with `opts`.
+    fn open_with(
+        pool: &str,
+        image: &str,
+        opts: &RbdOptions,
+        block_size: Option<u32>,
+        client: Option<&Arc<ffi::Image>>,
     ) -> Result<RbdBackend, OpenError> {
         let spec = format!("rbd:{pool}/{image}");
         let block_size = block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
@@ -172,9 +196,14 @@ impl RbdBackend {
             spec: spec.clone(),
             reason,
         };
-        let options = option_pairs(&opts.ceph_options);
-        let params = cluster_params(opts, &options);
-        let img = ffi::Image::open(&params, pool, image).map_err(|e| fail(e.to_string()))?;
+        let img = match client {
+            Some(c) => ffi::Image::open_on(c, pool, image).map_err(|e| fail(e.to_string()))?,
+            None => {
+                let options = option_pairs(&opts.ceph_options);
+                let params = cluster_params(opts, &options);
+                ffi::Image::open(&params, pool, image).map_err(|e| fail(e.to_string()))?
+            }
+        };
         let raw = img.size().map_err(|e| fail(e.to_string()))?;
         let size_bytes = raw - raw % u64::from(block_size);
         if size_bytes == 0 {
@@ -207,12 +236,18 @@ impl RbdBackend {
         let option_names: Vec<&str> = opts.ceph_options.keys().map(String::as_str).collect();
         let op_timeout = img.conf_get(OSD_OP_TIMEOUT).unwrap_or_default();
         tracing::info!(%spec, size_bytes, block_size, rbd_cache = cache,
-            rados_osd_op_timeout = %op_timeout, ceph_options = ?option_names, "RBD image opened");
+            rados_osd_op_timeout = %op_timeout, ceph_options = ?option_names,
+            group_client = img.shares_client(), "RBD image opened");
         Ok(RbdBackend {
             image: Arc::new(img),
             info,
             spec: spec.into(),
         })
+    }
+
+    /// Whether the image was opened on another client's connection ([`shared`]).
+    pub fn shares_client(&self) -> bool {
+        self.image.shares_client()
     }
 }
 
@@ -272,6 +307,8 @@ fn map_errno(kind: Kind, errno: i32) -> BackendError {
     match errno {
         EBLOCKLISTED => BackendError::Fenced,
         libc::ENOENT => BackendError::Gone,
+        // ETIMEDOUT: `rados_osd_op_timeout` passed, the namespace's own or, on a gateway
+        // group's client (`shared`), the group's lease: retryable, so hosts retry.
         libc::ETIMEDOUT
         | libc::ENOTCONN
         | libc::ECONNREFUSED

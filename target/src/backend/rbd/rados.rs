@@ -6,8 +6,9 @@
 //! # Ownership
 //!
 //! * [`RadosPool`] owns one librados client (cluster handle) and one pool context,
-//!   shared through an `Arc` with every [`Watch`] it made: the client is shut down when
-//!   the pool and all its watches are gone, never under a watch.
+//!   shared through an `Arc` with every [`Watch`] it made and every RBD image opened on
+//!   it (`super::shared`): the client is shut down when the pool, all its watches and
+//!   all those images are gone, never under one of them.
 //! * A [`Watch`] owns its librados watch (the cookie) and the callback context that
 //!   librados calls with (the object name and the caller's `on_event`). Dropping it
 //!   unwatches (`rados_unwatch2`, which also cancels the watch locally when the OSD
@@ -241,6 +242,11 @@ impl RadosPool {
 
     fn io(&self) -> rados_ioctx_t {
         self.image.ioctx_handle()
+    }
+
+    /// The handle that owns this client, for opening RBD images on it (`Image::open_on`).
+    pub(super) fn client(&self) -> &Arc<Image> {
+        &self.image
     }
 
     /// This client's address as the OSDs see it (`rados_getaddrs`), in the form

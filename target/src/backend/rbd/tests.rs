@@ -78,7 +78,7 @@ fn spec(image: &str) -> NamespaceSpec {
 }
 
 /// Submits `op` and waits for its completion.
-fn run(ch: &mut dyn IoChannel, tag: u64, op: IoOp) -> Result<(), BackendError> {
+pub(super) fn run(ch: &mut dyn IoChannel, tag: u64, op: IoOp) -> Result<(), BackendError> {
     ch.submit(tag, op)?;
     ch.flush();
     assert!(
@@ -101,7 +101,7 @@ fn run(ch: &mut dyn IoChannel, tag: u64, op: IoOp) -> Result<(), BackendError> {
     }
 }
 
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
+pub(super) fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
