@@ -13,12 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::{Nqn, Nsid};
-use nvmf_initiator::controller::ConnectOptions;
+use nvmf_initiator::command;
+use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::multipath::{IoPolicy, PathSet, PathState};
 use nvmf_initiator::perf::{self, parse::Rw, PerfOptions, PerfReport};
 use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy};
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
-use nvmf_initiator::transport::Fabric;
+use nvmf_initiator::transport::{DataDir, Fabric};
 
 #[allow(dead_code)]
 #[path = "support/ceph_cluster.rs"]
@@ -706,11 +707,166 @@ fn a_host_s_verified_io_goes_through_the_death_of_the_namespace_s_owner() {
         .unwrap_or_else(|| panic!("nobody took group {}", homes[owner]));
     wait_path(&set, taker, PathState::Optimized);
     assert!(after[taker] > 0, "the new owner carried nothing: {after:?}");
+    // The longest I/O is about the takeover: the dead owner's client is fenced, so
+    // librbd on the new owner takes the image's lock at once instead of waiting for
+    // the dead client's watch to expire (30 s by default).
+    let longest = Duration::from_nanos(r.latency().max());
+    assert!(longest < TAKEOVER_BOUND, "longest I/O {longest:?}");
 
     // Every block holds what an acknowledged write put there.
     let r = verified(&set, Rw::Read, None);
     assert_eq!(r.verify.blocks_checked, SPAN / 512, "{}", r.format_normal());
     drop(set);
+    for g in &mut gws {
+        g.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes 4 KiB of `fill` at block `k` (8 sectors of 512 B) of namespace 1 through
+/// `port`, on a connection of its own: whether the target said it was written.
+fn write_through(port: u16, k: u64, fill: u8) -> bool {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let f: Arc<dyn Fabric> = Arc::new(TcpFabric::new(addr, TcpOptions::default()));
+    let mut o = connect_options();
+    o.nr_io_queues = 1;
+    o.command_timeout = Duration::from_secs(60);
+    let Ok(mut c) = Controller::connect(f, o) else {
+        return false;
+    };
+    let Some(mut q) = c.take_io_queues().pop() else {
+        return false;
+    };
+    let Ok(buf) = c.alloc(4096) else { return false };
+    if !buf.write_at(0, &[fill; 4096]) {
+        return false;
+    }
+    let Ok(sqe) = command::write(Nsid(1), k * 8, 8, false) else {
+        return false;
+    };
+    q.execute(sqe, Some(&buf), DataDir::ToCtrl, Duration::from_secs(60))
+        .is_ok_and(|c| c.status.is_success())
+}
+
+/// The owner of namespace 1 is stopped with writes held in it (a 1 write/s QoS limit
+/// keeps them queued there); its group moves to another gateway, which fences it; the
+/// host rewrites the blocks through the new owner; the stopped gateway resumes. None
+/// of the writes it held may land: the image keeps the new owner's data.
+#[test]
+fn a_stopped_owner_s_held_writes_never_land_after_the_takeover() {
+    const BLOCKS: u64 = 6;
+    let cluster = CephCluster::start("gwstop", "64M");
+    let dir = tempdir("stop");
+    let mut gws = [
+        Gateway::new(&dir, &cluster, "gw-a", 1),
+        Gateway::new(&dir, &cluster, "gw-b", 100),
+        Gateway::new(&dir, &cluster, "gw-c", 200),
+    ];
+    let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
+    let conf = cluster.conf().display().to_string();
+    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
+    gws[0].ctl(&[
+        "add-ns",
+        SUB,
+        "rbd:rbd/img",
+        "--nsid",
+        "1",
+        "--ceph-conf",
+        &conf,
+    ]);
+    let export = gws[0].ctl(&["export"]);
+    let owner = (0..3)
+        .find(|&i| export.contains(&format!("anagrpid: {}\n", homes[i])))
+        .unwrap_or_else(|| panic!("namespace 1 in no gateway's group:\n{export}"));
+    let mut ports = Vec::new();
+    for (i, g) in gws.iter().enumerate() {
+        let port = free_port();
+        ports.push(port);
+        let portid = (i + 1).to_string();
+        g.ctl(&["add-port", &portid, "tcp", "127.0.0.1", &port.to_string()]);
+        g.ctl(&["link-subsystem", &portid, SUB]);
+        g.wait_owned("owns its home group", |o| o == [homes[i]]);
+    }
+    gws[owner].ctl(&["set-qos", SUB, "1", "--w-ios", "1"]);
+
+    // Writes of 0xAA to the owner: about one a second goes on, the rest wait in it.
+    let pid = gws[owner]
+        .child
+        .as_ref()
+        .map(Child::id)
+        .unwrap_or_else(|| panic!("no owner"));
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let owner_port = ports[owner];
+    let held: Vec<_> = (0..BLOCKS)
+        .map(|k| std::thread::spawn(move || write_through(owner_port, k, 0xAA)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stopped = Instant::now();
+    let taker = loop {
+        if let Some(i) = (0..3)
+            .filter(|&i| i != owner)
+            .find(|&i| gws[i].owned().is_some_and(|o| o.contains(&homes[owner])))
+        {
+            break i;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(20),
+            "the group never moved"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    println!(
+        "{} stopped with writes held; {} took over after {} ms",
+        gws[owner].name,
+        gws[taker].name,
+        stopped.elapsed().as_millis()
+    );
+    // The new owner lifts the limit (for the group) and the host rewrites the blocks.
+    gws[taker].ctl(&["set-qos", SUB, "1", "--w-ios", "0"]);
+    for k in 0..BLOCKS {
+        assert!(
+            write_through(ports[taker], k, 0xBB),
+            "write {k} through the new owner"
+        );
+    }
+    // The stopped gateway resumes with its writes: fenced, they fail; it starts again.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while gws[owner].owned() != Some(vec![homes[owner]]) {
+        assert!(
+            Instant::now() < deadline,
+            "{} never got its group back",
+            gws[owner].name
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let acked: Vec<bool> = held
+        .into_iter()
+        .map(|t| t.join().unwrap_or(false))
+        .collect();
+    println!("writes sent to the stopped owner acknowledged: {acked:?}");
+    assert!(
+        acked.iter().any(|a| !a),
+        "no write was held in the stopped owner: {acked:?}"
+    );
+    // Every block holds what the new owner wrote.
+    let img = dir.join("img.raw");
+    cluster.rbd(&["export", "rbd/img", &img.display().to_string()]);
+    let data = std::fs::read(&img).unwrap_or_else(|e| panic!("{e}"));
+    for k in 0..BLOCKS {
+        let at = usize::try_from(k * 4096).unwrap_or(usize::MAX);
+        let block = data
+            .get(at..at + 4096)
+            .unwrap_or_else(|| panic!("image too short"));
+        assert!(
+            block.iter().all(|b| *b == 0xBB),
+            "block {k} was overwritten by a held write: {:02x?}",
+            &block[..8]
+        );
+    }
     for g in &mut gws {
         g.stop();
     }
