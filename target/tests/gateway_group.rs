@@ -189,15 +189,62 @@ fn tempdir(name: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn three_gateways_share_one_configuration_in_rados() {
-    let cluster = CephCluster::start("gwgroup", "64M");
-    let dir = tempdir("share");
-    let mut gws = [
+/// Three gateways of group `g1` on a fresh private cluster named `cluster_name`, their
+/// files in a fresh directory. (Bound in this order, the gateways are dropped before
+/// the cluster they are clients of.)
+fn three_gateways(cluster_name: &str, dir_name: &str) -> (CephCluster, PathBuf, [Gateway; 3]) {
+    let cluster = CephCluster::start(cluster_name, "64M");
+    let dir = tempdir(dir_name);
+    let gws = [
         Gateway::new(&dir, &cluster, "gw-a", 1),
         Gateway::new(&dir, &cluster, "gw-b", 100),
         Gateway::new(&dir, &cluster, "gw-c", 200),
     ];
+    (cluster, dir, gws)
+}
+
+/// Stops every gateway (SIGTERM) and removes their directory.
+fn stop_all(gws: &mut [Gateway; 3], dir: &Path) {
+    for g in gws {
+        g.stop();
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Subsystem [`SUB`] with image `rbd/img` as namespace 1 and a listener on every
+/// gateway, each owning its home group: the index of the gateway that owns namespace
+/// 1's ANA group, and each gateway's port.
+fn serve_image(cluster: &CephCluster, gws: &[Gateway; 3], homes: &[u32]) -> (usize, Vec<u16>) {
+    let conf = cluster.conf().display().to_string();
+    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
+    gws[0].ctl(&[
+        "add-ns",
+        SUB,
+        "rbd:rbd/img",
+        "--nsid",
+        "1",
+        "--ceph-conf",
+        &conf,
+    ]);
+    let export = gws[0].ctl(&["export"]);
+    let owner = (0..3)
+        .find(|&i| export.contains(&format!("anagrpid: {}\n", homes[i])))
+        .unwrap_or_else(|| panic!("namespace 1 in no gateway's group:\n{export}"));
+    let mut ports = Vec::new();
+    for (i, g) in gws.iter().enumerate() {
+        let port = free_port();
+        ports.push(port);
+        let portid = (i + 1).to_string();
+        g.ctl(&["add-port", &portid, "tcp", "127.0.0.1", &port.to_string()]);
+        g.ctl(&["link-subsystem", &portid, SUB]);
+        g.wait_owned("owns its home group", |o| o == [homes[i]]);
+    }
+    (owner, ports)
+}
+
+#[test]
+fn three_gateways_share_one_configuration_in_rados() {
+    let (cluster, dir, mut gws) = three_gateways("gwgroup", "share");
     let conf = cluster.conf().display().to_string();
 
     // A namespace added on one gateway appears on all.
@@ -274,21 +321,12 @@ fn three_gateways_share_one_configuration_in_rados() {
     );
     assert!(s.contains("gateway gw-c of group g1: version"), "{s}");
 
-    for g in &mut gws {
-        g.stop();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    stop_all(&mut gws, &dir);
 }
 
 #[test]
 fn ana_groups_follow_their_gateways_with_failover_and_failback() {
-    let cluster = CephCluster::start("gwlease", "64M");
-    let dir = tempdir("lease");
-    let mut gws = [
-        Gateway::new(&dir, &cluster, "gw-a", 1),
-        Gateway::new(&dir, &cluster, "gw-b", 100),
-        Gateway::new(&dir, &cluster, "gw-c", 200),
-    ];
+    let (cluster, dir, mut gws) = three_gateways("gwlease", "lease");
     // Each gateway owns its home group.
     let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
     let mut sorted = homes.clone();
@@ -435,10 +473,7 @@ fn ana_groups_follow_their_gateways_with_failover_and_failback() {
     );
     gws[taker].wait_owned("gave gw-b's group back", |o| o == [homes[taker]]);
 
-    for g in &mut gws {
-        g.stop();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    stop_all(&mut gws, &dir);
 }
 
 /// Drops (`on`) or lets through again every message between `g`'s RADOS client and
@@ -466,13 +501,7 @@ fn partition(cluster: &CephCluster, g: &Gateway, on: bool) {
 
 #[test]
 fn a_gateway_cut_off_from_ceph_is_handled_as_a_death() {
-    let cluster = CephCluster::start("gwpart", "64M");
-    let dir = tempdir("part");
-    let mut gws = [
-        Gateway::new(&dir, &cluster, "gw-a", 1),
-        Gateway::new(&dir, &cluster, "gw-b", 100),
-        Gateway::new(&dir, &cluster, "gw-c", 200),
-    ];
+    let (cluster, dir, mut gws) = three_gateways("gwpart", "part");
     let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
     for (g, h) in gws.iter().zip(&homes) {
         g.wait_owned("owns its home group", |o| o == [*h]);
@@ -517,10 +546,7 @@ fn a_gateway_cut_off_from_ceph_is_handled_as_a_death() {
         b_pid,
         "restarted by exec, same process"
     );
-    for g in &mut gws {
-        g.stop();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    stop_all(&mut gws, &dir);
 }
 
 #[test]
@@ -606,38 +632,9 @@ fn path_ios(r: &PerfReport) -> Vec<u64> {
 
 #[test]
 fn a_host_s_verified_io_goes_through_the_death_of_the_namespace_s_owner() {
-    let cluster = CephCluster::start("gwio", "64M");
-    let dir = tempdir("io");
-    let mut gws = [
-        Gateway::new(&dir, &cluster, "gw-a", 1),
-        Gateway::new(&dir, &cluster, "gw-b", 100),
-        Gateway::new(&dir, &cluster, "gw-c", 200),
-    ];
+    let (cluster, dir, mut gws) = three_gateways("gwio", "io");
     let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
-    let conf = cluster.conf().display().to_string();
-    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
-    gws[0].ctl(&[
-        "add-ns",
-        SUB,
-        "rbd:rbd/img",
-        "--nsid",
-        "1",
-        "--ceph-conf",
-        &conf,
-    ]);
-    let export = gws[0].ctl(&["export"]);
-    let owner = (0..3)
-        .find(|&i| export.contains(&format!("anagrpid: {}\n", homes[i])))
-        .unwrap_or_else(|| panic!("namespace 1 in no gateway's group:\n{export}"));
-    let mut ports = Vec::new();
-    for (i, g) in gws.iter().enumerate() {
-        let port = free_port();
-        ports.push(port);
-        let portid = (i + 1).to_string();
-        g.ctl(&["add-port", &portid, "tcp", "127.0.0.1", &port.to_string()]);
-        g.ctl(&["link-subsystem", &portid, SUB]);
-        g.wait_owned("owns its home group", |o| o == [homes[i]]);
-    }
+    let (owner, ports) = serve_image(&cluster, &gws, &homes);
     let fabrics: Vec<(String, Arc<dyn Fabric>)> = gws
         .iter()
         .zip(&ports)
@@ -717,10 +714,7 @@ fn a_host_s_verified_io_goes_through_the_death_of_the_namespace_s_owner() {
     let r = verified(&set, Rw::Read, None);
     assert_eq!(r.verify.blocks_checked, SPAN / 512, "{}", r.format_normal());
     drop(set);
-    for g in &mut gws {
-        g.stop();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    stop_all(&mut gws, &dir);
 }
 
 /// Writes 4 KiB of `fill` at block `k` (8 sectors of 512 B) of namespace 1 through
@@ -755,38 +749,9 @@ fn write_through(port: u16, k: u64, fill: u8) -> bool {
 #[test]
 fn a_stopped_owner_s_held_writes_never_land_after_the_takeover() {
     const BLOCKS: u64 = 6;
-    let cluster = CephCluster::start("gwstop", "64M");
-    let dir = tempdir("stop");
-    let mut gws = [
-        Gateway::new(&dir, &cluster, "gw-a", 1),
-        Gateway::new(&dir, &cluster, "gw-b", 100),
-        Gateway::new(&dir, &cluster, "gw-c", 200),
-    ];
+    let (cluster, dir, mut gws) = three_gateways("gwstop", "stop");
     let homes: Vec<u32> = gws.iter().map(Gateway::home).collect();
-    let conf = cluster.conf().display().to_string();
-    gws[0].ctl(&["add-subsystem", SUB, "--allow-any-host"]);
-    gws[0].ctl(&[
-        "add-ns",
-        SUB,
-        "rbd:rbd/img",
-        "--nsid",
-        "1",
-        "--ceph-conf",
-        &conf,
-    ]);
-    let export = gws[0].ctl(&["export"]);
-    let owner = (0..3)
-        .find(|&i| export.contains(&format!("anagrpid: {}\n", homes[i])))
-        .unwrap_or_else(|| panic!("namespace 1 in no gateway's group:\n{export}"));
-    let mut ports = Vec::new();
-    for (i, g) in gws.iter().enumerate() {
-        let port = free_port();
-        ports.push(port);
-        let portid = (i + 1).to_string();
-        g.ctl(&["add-port", &portid, "tcp", "127.0.0.1", &port.to_string()]);
-        g.ctl(&["link-subsystem", &portid, SUB]);
-        g.wait_owned("owns its home group", |o| o == [homes[i]]);
-    }
+    let (owner, ports) = serve_image(&cluster, &gws, &homes);
     gws[owner].ctl(&["set-qos", SUB, "1", "--w-ios", "1"]);
 
     // Writes of 0xAA to the owner: about one a second goes on, the rest wait in it.
@@ -867,8 +832,5 @@ fn a_stopped_owner_s_held_writes_never_land_after_the_takeover() {
             &block[..8]
         );
     }
-    for g in &mut gws {
-        g.stop();
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    stop_all(&mut gws, &dir);
 }

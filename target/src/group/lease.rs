@@ -279,11 +279,7 @@ impl Owner {
         }
         self.beat = self.beat.wrapping_add(1);
         if let Err(LeaseError::Fenced) = s.beat(self.beat) {
-            self.own = Ownership {
-                owned: BTreeSet::new(),
-                fenced: true,
-            };
-            return vec![Move::Fenced];
+            return vec![self.fenced()];
         }
         let gateways: Vec<String> = homes.keys().cloned().collect();
         match s.beats(&gateways) {
@@ -310,11 +306,7 @@ impl Owner {
                 Ok(Some(m)) => moves.push(m),
                 Ok(None) => {}
                 Err(LeaseError::Fenced) => {
-                    self.own = Ownership {
-                        owned: BTreeSet::new(),
-                        fenced: true,
-                    };
-                    moves.push(Move::Fenced);
+                    moves.push(self.fenced());
                     return moves;
                 }
                 Err(LeaseError::Other(e)) => warn!(grpid, "lease: {e}"),
@@ -324,6 +316,15 @@ impl Owner {
         let groups: BTreeSet<u32> = homes.values().copied().collect();
         self.own.owned.retain(|g| groups.contains(g));
         moves
+    }
+
+    /// This gateway's client is fenced: it holds nothing any more.
+    fn fenced(&mut self) -> Move {
+        self.own = Ownership {
+            owned: BTreeSet::new(),
+            fenced: true,
+        };
+        Move::Fenced
     }
 
     /// Renews a held lease, or gives it back to its home gateway (failback).
