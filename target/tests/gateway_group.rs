@@ -305,6 +305,20 @@ fn three_gateways_share_one_configuration_in_rados() {
         }
     }
 
+    // A resize on one gateway grows the image; every gateway serves the new size.
+    gws[1].ctl(&["resize-ns", SUB, "1", "--size", "128M"]);
+    let grown = format!(" {} bytes", 128u64 << 20);
+    for g in &gws {
+        wait_status(
+            &g.sock,
+            &format!("{} serves the grown image", g.name),
+            |s| {
+                s.lines()
+                    .any(|l| l.starts_with("  namespace 1 ") && l.contains(&grown))
+            },
+        );
+    }
+
     // A gateway that was down applies the group's current state before it serves.
     gws[2].stop();
     gws[1].ctl(&["remove-ns", SUB, "10"]);

@@ -165,6 +165,16 @@ pub struct GroupState {
     /// The gateways that joined, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gateways: BTreeMap<String, GatewayRecord>,
+    /// How many times each namespace (`NQN/NSID`) was resized (`resize-ns`): a gateway
+    /// that sees the count move re-reads the backing's size and tells its hosts, as the
+    /// gateway that resized it did.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resized: BTreeMap<String, u64>,
+}
+
+/// The key of a namespace in [`GroupState::resized`].
+pub fn namespace_key(nqn: &str, nsid: u32) -> String {
+    format!("{nqn}/{nsid}")
 }
 
 /// A gateway of the group.
@@ -209,7 +219,21 @@ impl GroupState {
             hosts: cfg.hosts.clone(),
             listeners,
             gateways: self.gateways.clone(),
+            resized: self.resized.clone(),
         }
+    }
+
+    /// The namespaces resized between `self` and `newer`, as (NQN, NSID).
+    pub fn resized_since(&self, newer: &GroupState) -> Vec<(String, u32)> {
+        newer
+            .resized
+            .iter()
+            .filter(|(k, n)| self.resized.get(*k) != Some(*n))
+            .filter_map(|(k, _)| {
+                let (nqn, nsid) = k.rsplit_once('/')?;
+                Some((nqn.to_string(), nsid.parse().ok()?))
+            })
+            .collect()
     }
 
     /// The ANA groups of the group (each gateway's home group).

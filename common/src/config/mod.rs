@@ -61,7 +61,8 @@ pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
 use error::{KeyPath, Seg};
 pub use group::{
-    GatewayGroupConfig, GatewayRecord, GroupState, Ownership, GROUP_NAME_MAX, GROUP_OWNED_KEYS,
+    namespace_key, GatewayGroupConfig, GatewayRecord, GroupState, Ownership, GROUP_NAME_MAX,
+    GROUP_OWNED_KEYS,
 };
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};

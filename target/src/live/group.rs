@@ -10,7 +10,7 @@
 
 use tracing::{info, warn};
 
-use nvmf_common::config::{Config, GroupState};
+use nvmf_common::config::{namespace_key, Config, GroupState};
 
 use super::refusal::{Refusal, RefusalKind};
 use super::{edit, provision, Live, Op, Save};
@@ -92,7 +92,11 @@ impl Live {
             let done = provision::before(op, &running, &mut new)?;
             // (before() may mark the namespace as created: store that too.) What runs
             // here is the stored state laid on this gateway (its cntlid range).
-            let next = cur.state.with_changes_of(&new, &link.config.gateway);
+            let mut next = cur.state.with_changes_of(&new, &link.config.gateway);
+            // A resize changes no setting: counted, so the other gateways see it.
+            for (nqn, nsid) in &resize {
+                *next.resized.entry(namespace_key(nqn, nsid.0)).or_default() += 1;
+            }
             let new = link.effective(&next);
             let old = running.clone();
             let notes = notes(&old, &new);
@@ -159,7 +163,14 @@ impl Live {
             return Ok(Vec::new());
         }
         let cfg = link.effective(&cur.state);
-        match self.apply_locked(&mut running, cfg, &[], None) {
+        // Namespaces another gateway resized: their size is read again here.
+        let resize: Vec<(String, nvmf_common::types::Nsid)> = link
+            .last()
+            .resized_since(&cur.state)
+            .into_iter()
+            .map(|(nqn, nsid)| (nqn, nvmf_common::types::Nsid(nsid)))
+            .collect();
+        match self.apply_locked(&mut running, cfg, &resize, None) {
             Ok(changes) => {
                 info!(
                     group = %link.config.name,
