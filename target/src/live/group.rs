@@ -103,8 +103,8 @@ impl Live {
             let save = (next != cur.state).then(|| Save::Group {
                 link,
                 expect: cur.version,
-                old: cur.state.clone(),
-                new: next,
+                old: Box::new(cur.state.clone()),
+                new: Box::new(next),
             });
             match self.apply_locked(&mut running, new, &resize, save) {
                 Ok(mut changes) => {

@@ -114,8 +114,8 @@ enum Save<'a> {
     Group {
         link: &'a GroupLink,
         expect: Option<u64>,
-        old: GroupState,
-        new: GroupState,
+        old: Box<GroupState>,
+        new: Box<GroupState>,
     },
 }
 
