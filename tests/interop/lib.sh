@@ -79,6 +79,33 @@ nvme_dev() {
   return 1
 }
 
+# nvme_ns_dev NQN NSID: prints the block device (nvmeXnY) of namespace NSID of the connected NQN
+# (several namespaces: the disk's name counts namespaces in the order the host found them, so
+# the NSID is read from sysfs).
+nvme_ns_dev() {
+  for _b in /sys/block/nvme*; do
+    case ${_b##*/} in nvme*c*n*) continue ;; esac
+    [ "$(cat "$_b/device/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    [ "$(cat "$_b/nsid" 2>/dev/null)" = "$2" ] && { basename "$_b"; return 0; }
+  done
+  return 1
+}
+
+# wait_nvme_ns NQN NSID [SECS]: waits for namespace NSID's disk to appear with a size; prints it.
+wait_nvme_ns() {
+  _n=$(( ${3:-30} * 5 ))
+  while [ "$_n" -gt 0 ]; do
+    _d=$(nvme_ns_dev "$1" "$2") && [ "$(cat "/sys/block/$_d/size" 2>/dev/null || echo 0)" -gt 0 ] && {
+      echo "$_d"
+      return 0
+    }
+    sleep 0.2
+    _n=$((_n - 1))
+  done
+  echo "namespace $2 of $1 did not appear" >&2
+  return 1
+}
+
 # wait_nvme NQN [SECS]: waits for the namespace disk of NQN to appear with a size; prints its name.
 wait_nvme() {
   _n=$(( ${2:-30} * 5 ))
@@ -198,25 +225,33 @@ tls_peers() {
   kill -0 "$(cat "$LOG/tlshd.pid")" 2>/dev/null || { cat "$LOG/tlshd.log"; echo "FAIL: tlshd did not start"; exit 1; }
 }
 
-# path_of TRSVCID: the hidden path disk (nvmeXcYnZ) of the controller of subsystem $NQN
-# (the case's) connected to TRSVCID, under native multipath.
+# path_of TRSVCID [NSID]: the hidden path disk (nvmeXcYnZ) of the controller of subsystem $NQN
+# (the case's) connected to TRSVCID, under native multipath: its first namespace's, or that of
+# namespace NSID (read from sysfs).
 path_of() {
   for _c in /sys/class/nvme/nvme*; do
     [ "$(cat "$_c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
     grep -q "trsvcid=$1" "$_c/address" 2>/dev/null || continue
-    for _p in "$_c"/nvme*c*n1; do [ -e "$_p" ] && { basename "$_p"; return 0; }; done
+    if [ -z "${2:-}" ]; then
+      for _p in "$_c"/nvme*c*n1; do [ -e "$_p" ] && { basename "$_p"; return 0; }; done
+    else
+      for _p in "$_c"/nvme*c*n*; do
+        [ "$(cat "$_p/nsid" 2>/dev/null)" = "$2" ] && { basename "$_p"; return 0; }
+      done
+    fi
   done
   return 1
 }
 
-# wait_ana TRSVCID STATE [SECS]: waits until that path's ana_state is STATE.
+# wait_ana TRSVCID STATE [SECS] [NSID]: waits until that path's ana_state (of namespace NSID,
+# see path_of) is STATE.
 wait_ana() {
   _n=$(( ${3:-30} * 5 ))
   while [ "$_n" -gt 0 ]; do
-    _p=$(path_of "$1") && [ "$(cat "/sys/block/$_p/ana_state" 2>/dev/null)" = "$2" ] && return 0
+    _p=$(path_of "$1" "${4:-}") && [ "$(cat "/sys/block/$_p/ana_state" 2>/dev/null)" = "$2" ] && return 0
     sleep 0.2
     _n=$((_n - 1))
   done
-  echo "path to $1 is '$(cat "/sys/block/$(path_of "$1")/ana_state" 2>/dev/null)', not $2" >&2
+  echo "path to $1 is '$(cat "/sys/block/$(path_of "$1" "${4:-}")/ana_state" 2>/dev/null)', not $2" >&2
   return 1
 }
