@@ -146,7 +146,8 @@ pub(super) fn validate(
             }
         }
     }
-    if config.ports.is_empty() {
+    // (A gateway of a group gets its listeners from the group, never from its file.)
+    if config.ports.is_empty() && config.gateway_group.is_none() {
         c.warn("the configuration has no ports: nothing will be served");
     }
 

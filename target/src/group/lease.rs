@@ -178,6 +178,9 @@ pub struct Owner {
     /// The holder of each ANA group's lease when this gateway last looked: the client
     /// to fence if the lease lapses.
     seen: BTreeMap<u32, Holder>,
+    /// When each held lease was last taken or renewed (the start of that tick: no
+    /// later than the call, so the lease runs at least until this plus the lease).
+    renewed: BTreeMap<u32, Instant>,
 }
 
 impl Owner {
@@ -189,6 +192,7 @@ impl Owner {
             peers: BTreeMap::new(),
             own: Ownership::default(),
             seen: BTreeMap::new(),
+            renewed: BTreeMap::new(),
         }
     }
 
@@ -254,6 +258,7 @@ impl Owner {
         }
         self.seen.remove(&grpid);
         self.own.owned.insert(grpid);
+        self.renewed.insert(grpid, now);
         let silent_ms = (gw != self.me)
             .then(|| self.peers.get(gw))
             .flatten()
@@ -277,9 +282,24 @@ impl Owner {
         if self.own.fenced {
             return moves;
         }
+        // Leases first: a tick that runs late (slow RADOS calls) must not let a held
+        // lease lapse while this gateway still reports its group optimized.
+        let held: Vec<u32> = self.own.owned.iter().copied().collect();
+        for grpid in held {
+            match self.renew(s, grpid, now) {
+                Ok(Some(m)) => moves.push(m),
+                Ok(None) => {}
+                Err(LeaseError::Fenced) => {
+                    moves.push(self.fenced());
+                    return moves;
+                }
+                Err(LeaseError::Other(e)) => warn!(grpid, "lease: {e}"),
+            }
+        }
         self.beat = self.beat.wrapping_add(1);
         if let Err(LeaseError::Fenced) = s.beat(self.beat) {
-            return vec![self.fenced()];
+            moves.push(self.fenced());
+            return moves;
         }
         let gateways: Vec<String> = homes.keys().cloned().collect();
         match s.beats(&gateways) {
@@ -288,7 +308,7 @@ impl Owner {
         }
         for (gw, &grpid) in homes {
             let r = if self.own.owned.contains(&grpid) {
-                self.keep(s, gw, grpid, now)
+                self.give_back(s, gw, grpid, now)
             } else if *gw == self.me || !self.alive(gw, now) {
                 self.take(s, gw, grpid, now)
             } else {
@@ -320,6 +340,7 @@ impl Owner {
 
     /// This gateway's client is fenced: it holds nothing any more.
     fn fenced(&mut self) -> Move {
+        self.renewed.clear();
         self.own = Ownership {
             owned: BTreeSet::new(),
             fenced: true,
@@ -327,8 +348,55 @@ impl Owner {
         Move::Fenced
     }
 
-    /// Renews a held lease, or gives it back to its home gateway (failback).
-    fn keep(
+    /// Renews a held lease; drops the group when the renewal is refused or fails, or
+    /// when the lease may have lapsed already (not renewed for a lease duration: then
+    /// another gateway may hold it, so this one must not report the group optimized).
+    fn renew(
+        &mut self,
+        s: &dyn LeaseStore,
+        grpid: u32,
+        now: Instant,
+    ) -> Result<Option<Move>, LeaseError> {
+        let last = self.renewed.get(&grpid).copied().unwrap_or(now);
+        let since = now.saturating_duration_since(last);
+        if since >= self.params.lease {
+            self.drop_group(grpid);
+            return Ok(Some(Move::Lost {
+                grpid,
+                why: format!(
+                    "not renewed for {} ms, a whole lease: it may have lapsed",
+                    since.as_millis()
+                ),
+            }));
+        }
+        match s.try_lock(grpid, true, self.params.lease) {
+            Ok(true) => {
+                self.renewed.insert(grpid, now);
+                Ok(None)
+            }
+            Ok(false) => {
+                self.drop_group(grpid);
+                Ok(Some(Move::Lost {
+                    grpid,
+                    why: "another gateway holds its lease".into(),
+                }))
+            }
+            Err(LeaseError::Other(e)) => {
+                self.drop_group(grpid);
+                Ok(Some(Move::Lost { grpid, why: e }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn drop_group(&mut self, grpid: u32) {
+        self.own.owned.remove(&grpid);
+        self.renewed.remove(&grpid);
+    }
+
+    /// Gives a held group back to its home gateway once that one has been beating for
+    /// the failback delay (failback).
+    fn give_back(
         &mut self,
         s: &dyn LeaseStore,
         gw: &str,
@@ -342,26 +410,12 @@ impl Owner {
                     .and_then(|p| p.alive_since)
                     .is_some_and(|t| now.duration_since(t) >= f)
             });
-        if home_back {
-            s.unlock(grpid)?;
-            self.own.owned.remove(&grpid);
-            return Ok(Some(Move::Released { grpid }));
+        if !home_back {
+            return Ok(None);
         }
-        match s.try_lock(grpid, true, self.params.lease) {
-            Ok(true) => Ok(None),
-            Ok(false) => {
-                self.own.owned.remove(&grpid);
-                Ok(Some(Move::Lost {
-                    grpid,
-                    why: "another gateway holds its lease".into(),
-                }))
-            }
-            Err(LeaseError::Other(e)) => {
-                self.own.owned.remove(&grpid);
-                Ok(Some(Move::Lost { grpid, why: e }))
-            }
-            Err(e) => Err(e),
-        }
+        s.unlock(grpid)?;
+        self.drop_group(grpid);
+        Ok(Some(Move::Released { grpid }))
     }
 }
 

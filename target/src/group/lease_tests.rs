@@ -209,8 +209,17 @@ fn groups_move_when_their_gateway_falls_silent_and_come_back_after_failback() {
     );
     let holder_has = |g: &Gw| owned(g).contains(&3);
     assert!(holder_has(if taker == "a" { &a } else { &b }));
-    // The old c, woken, is fenced: it reports everything inaccessible.
-    assert_eq!(step(&mut now, &mut [&mut c])[0].1, Move::Fenced);
+    // The old c, woken, first drops its lease (not renewed for a whole lease), then
+    // finds itself fenced: it reports everything inaccessible.
+    let woke: Vec<Move> = step(&mut now, &mut [&mut c])
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert!(
+        matches!(&woke[0], Move::Lost { grpid: 3, why } if why.contains("may have lapsed")),
+        "{woke:?}"
+    );
+    assert_eq!(woke.last(), Some(&Move::Fenced), "{woke:?}");
     assert!(c.owner.ownership().fenced && owned(&c).is_empty());
 
     // c comes back as a new client; its group returns after the failback delay, with
@@ -290,4 +299,33 @@ fn without_failback_a_group_stays_with_the_gateway_that_took_it() {
     }
     assert_eq!(a.ownership().owned, [1, 2].into());
     assert!(b2.ownership().owned.is_empty());
+}
+
+/// A tick that comes a whole lease after the last renewal (the lease thread was late)
+/// drops the group before anything else: the lease may be another gateway's by now.
+#[test]
+fn a_lease_not_renewed_for_a_whole_lease_is_dropped_at_once() {
+    let t0 = Instant::now();
+    let cluster = Arc::new(Mutex::new(Cluster {
+        now: Some(t0),
+        ..Default::default()
+    }));
+    let homes: BTreeMap<String, u32> = [("a", 1)].map(|(g, n)| (g.to_string(), n)).into();
+    let mut a = gw(&cluster, "a", "1:0/1");
+    a.owner.tick(&a.client, &homes, t0);
+    assert_eq!(owned(&a), vec![1]);
+    let late = t0 + LEASE;
+    cluster.lock().now = Some(late);
+    let moves = a.owner.tick(&a.client, &homes, late);
+    assert!(
+        matches!(&moves[0], Move::Lost { grpid: 1, why } if why.contains("may have lapsed")),
+        "{moves:?}"
+    );
+    // Its own home group, free again, is taken back in the same tick.
+    assert!(
+        moves
+            .iter()
+            .any(|m| matches!(m, Move::Took { grpid: 1, .. })),
+        "{moves:?}"
+    );
 }

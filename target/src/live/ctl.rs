@@ -393,18 +393,18 @@ pub fn run_client(target: &mut Endpoint, cmd: &CtlCommand) -> bool {
             match (&resp.status, cmd) {
                 (Some(s), CtlCommand::Status { json: true }) => {
                     match serde_json::to_string_pretty(s) {
-                        Ok(j) => println!("{j}"),
+                        Ok(j) => out(&format!("{j}\n")),
                         Err(e) => eprintln!("{e}"),
                     }
                 }
-                (Some(s), _) => print!("{s}"),
+                (Some(s), _) => out(&s.to_string()),
                 (None, _) if resp.config.is_some() => {
-                    print!("{}", resp.config.as_deref().unwrap_or_default());
+                    out(resp.config.as_deref().unwrap_or_default());
                 }
-                (None, _) if resp.changes.is_empty() => println!("no change"),
+                (None, _) if resp.changes.is_empty() => out("no change\n"),
                 (None, _) => {
                     for c in &resp.changes {
-                        println!("{c}");
+                        out(&format!("{c}\n"));
                     }
                 }
             }
@@ -422,4 +422,12 @@ pub fn run_client(target: &mut Endpoint, cmd: &CtlCommand) -> bool {
             false
         }
     }
+}
+
+/// Writes `text` to standard output. A reader that went away (`ctl status | head`) is
+/// not an error of ours: the rest is dropped quietly instead of a panic on EPIPE.
+fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
 }
