@@ -426,6 +426,12 @@ fn ana_groups_follow_their_gateways_with_failover_and_failback() {
     );
     assert!(m.contains(&owned_line), "{owned_line} not in:\n{m}");
     assert!(m.contains("nvmf_gateway_group_takeovers_total{"), "{m}");
+    let s = gws[taker].status();
+    let line = format!(
+        "group ANA group {dead} (home gw-c): owner {}, lease ends in ",
+        gws[taker].name
+    );
+    assert!(s.contains(&line), "{line} not in:\n{s}");
     assert!(
         m.contains("nvmf_gateway_group_last_takeover_silence_seconds{"),
         "{m}"

@@ -140,6 +140,18 @@ impl std::fmt::Display for Move {
     }
 }
 
+/// One ANA group's lease as a gateway sees it (`ctl status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    pub grpid: u32,
+    /// The gateway whose home group it is.
+    pub home: String,
+    /// Who holds it: this gateway, or the holder it last saw (None: not known here).
+    pub owner: Option<String>,
+    /// For a lease this gateway holds: milliseconds until it ends unless renewed.
+    pub expires_in_ms: Option<u64>,
+}
+
 /// What a tick changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Move {
@@ -198,6 +210,34 @@ impl Owner {
 
     pub fn ownership(&self) -> &Ownership {
         &self.own
+    }
+
+    /// Each ANA group of `homes` as this gateway sees it at `now`: who holds its lease
+    /// (this gateway, or the holder it last saw) and, for its own, when the lease ends
+    /// unless renewed.
+    pub fn leases(&self, homes: &BTreeMap<String, u32>, now: Instant) -> Vec<LeaseView> {
+        let mut v: Vec<LeaseView> = homes
+            .iter()
+            .map(|(home, &grpid)| {
+                let mine = self.own.owned.contains(&grpid);
+                LeaseView {
+                    grpid,
+                    home: home.clone(),
+                    owner: if mine {
+                        Some(self.me.clone())
+                    } else {
+                        self.seen.get(&grpid).map(|h| h.gateway.clone())
+                    },
+                    expires_in_ms: self.renewed.get(&grpid).filter(|_| mine).map(|t| {
+                        let end = *t + self.params.lease;
+                        u64::try_from(end.saturating_duration_since(now).as_millis())
+                            .unwrap_or(u64::MAX)
+                    }),
+                }
+            })
+            .collect();
+        v.sort_by_key(|l| l.grpid);
+        v
     }
 
     fn alive(&self, gateway: &str, now: Instant) -> bool {
@@ -447,6 +487,7 @@ pub fn spawn(
                     .map(|(g, r)| (g.clone(), r.grpid))
                     .collect();
                 let moves = owner.tick(store.as_ref(), &homes, started);
+                link.set_leases(owner.leases(&homes, Instant::now()), Instant::now());
                 if !moves.is_empty() {
                     link.set_ownership(owner.ownership().clone());
                     for m in &moves {

@@ -94,6 +94,8 @@ pub struct GroupLink {
     moves: Mutex<std::collections::VecDeque<MoveRecord>>,
     /// Moves counted since start.
     counts: Mutex<MoveCounts>,
+    /// The ANA groups' leases as the lease thread last saw them, and when.
+    leases: Mutex<(Vec<lease::LeaseView>, Option<Instant>)>,
 }
 
 /// Ownership moves counted since start (metrics).
@@ -126,6 +128,7 @@ impl GroupLink {
             last: Mutex::new(GroupState::default()),
             moves: Mutex::new(std::collections::VecDeque::new()),
             counts: Mutex::new(MoveCounts::default()),
+            leases: Mutex::new((Vec::new(), None)),
         }
     }
 
@@ -192,6 +195,25 @@ impl GroupLink {
                 what: what.clone(),
             });
         }
+    }
+
+    pub(crate) fn set_leases(&self, v: Vec<lease::LeaseView>, at: Instant) {
+        *self.leases.lock() = (v, Some(at));
+    }
+
+    /// The ANA groups' leases, as of now (own leases' remaining time counted down
+    /// since the lease thread looked).
+    pub fn leases(&self) -> Vec<lease::LeaseView> {
+        let (v, at) = self.leases.lock().clone();
+        let gone = at.map_or(0, |t| {
+            u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        v.into_iter()
+            .map(|mut l| {
+                l.expires_in_ms = l.expires_in_ms.map(|ms| ms.saturating_sub(gone));
+                l
+            })
+            .collect()
     }
 
     /// The figures the metrics endpoint shows.

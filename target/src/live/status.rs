@@ -53,6 +53,20 @@ pub struct GroupStatus {
     /// The latest ownership moves here, oldest first.
     #[serde(default)]
     pub moves: Vec<GroupMove>,
+    /// Each ANA group's lease as this gateway sees it.
+    #[serde(default)]
+    pub leases: Vec<GroupLease>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupLease {
+    pub grpid: u32,
+    /// The gateway whose home group it is.
+    pub home: String,
+    /// Who holds it (this gateway, or the holder it last saw; None: not known here).
+    pub owner: Option<String>,
+    /// For this gateway's own leases: milliseconds until it ends unless renewed.
+    pub expires_in_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +113,16 @@ pub(super) fn group(link: &crate::group::GroupLink) -> GroupStatus {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 what: m.what.to_string(),
+            })
+            .collect(),
+        leases: link
+            .leases()
+            .into_iter()
+            .map(|l| GroupLease {
+                grpid: l.grpid,
+                home: l.home,
+                owner: l.owner,
+                expires_in_ms: l.expires_in_ms,
             })
             .collect(),
     }
@@ -266,6 +290,18 @@ impl std::fmt::Display for StatusView {
                 writeln!(f, "group ANA groups owned: none (fenced)")?;
             } else {
                 writeln!(f, "group ANA groups owned: [{}]", owned.join(", "))?;
+            }
+            for l in &g.leases {
+                let owner = l.owner.as_deref().unwrap_or("unknown");
+                let expiry = l
+                    .expires_in_ms
+                    .map(|ms| format!(", lease ends in {ms} ms unless renewed"))
+                    .unwrap_or_default();
+                writeln!(
+                    f,
+                    "group ANA group {} (home {}): owner {owner}{expiry}",
+                    l.grpid, l.home
+                )?;
             }
             for m in &g.moves {
                 writeln!(f, "group move at {} ms: {}", m.at_unix_ms, m.what)?;

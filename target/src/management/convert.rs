@@ -508,6 +508,16 @@ pub fn status_reply(v: &StatusView) -> Result<pb::StatusReply, Status> {
                     what: m.what.clone(),
                 })
                 .collect(),
+            leases: g
+                .leases
+                .iter()
+                .map(|l| pb::GroupLease {
+                    ana_group: l.grpid,
+                    home: l.home.clone(),
+                    owner: l.owner.clone().unwrap_or_default(),
+                    expires_in_ms: l.expires_in_ms,
+                })
+                .collect(),
         }),
     })
 }
