@@ -263,6 +263,24 @@ fn serve_image(cluster: &CephCluster, gws: &[Gateway; 3], homes: &[u32]) -> (usi
     (owner, ports)
 }
 
+/// Waits (20 s at most from `since`) until a gateway other than `gws[gone]` owns ANA
+/// group `grpid`; its index.
+fn wait_taker(gws: &[Gateway; 3], gone: usize, grpid: u32, since: Instant) -> usize {
+    loop {
+        if let Some(i) = (0..gws.len())
+            .filter(|&i| i != gone)
+            .find(|&i| gws[i].owned().is_some_and(|o| o.contains(&grpid)))
+        {
+            return i;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(20),
+            "ANA group {grpid} never moved"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn three_gateways_share_one_configuration_in_rados() {
     let (cluster, dir, mut gws) = three_gateways("gwgroup", "share");
@@ -389,16 +407,7 @@ fn ana_groups_follow_their_gateways_with_failover_and_failback() {
         c.kill().unwrap_or_else(|e| panic!("{e}"));
         let _ = c.wait();
     }
-    let taker = loop {
-        if let Some(i) = (0..2).find(|&i| gws[i].owned().is_some_and(|o| o.contains(&dead))) {
-            break i;
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(20),
-            "group {dead} never moved"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let taker = wait_taker(&gws, 2, dead, killed);
     let took = killed.elapsed();
     println!(
         "ANA group {dead} taken by {} {} ms after gw-c's SIGKILL",
@@ -468,19 +477,7 @@ fn ana_groups_follow_their_gateways_with_failover_and_failback() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)
         .unwrap_or_else(|e| panic!("{e}"));
     let stopped = Instant::now();
-    let taker = loop {
-        if let Some(i) = [0, 2]
-            .into_iter()
-            .find(|&i| gws[i].owned().is_some_and(|o| o.contains(&stopped_home)))
-        {
-            break i;
-        }
-        assert!(
-            stopped.elapsed() < Duration::from_secs(20),
-            "group {stopped_home} never moved"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let taker = wait_taker(&gws, 1, stopped_home, stopped);
     println!(
         "ANA group {stopped_home} taken by {} {} ms after gw-b's SIGSTOP",
         gws[taker].name,
@@ -550,19 +547,7 @@ fn a_gateway_cut_off_from_ceph_is_handled_as_a_death() {
     let b_pid = gws[1].child.as_ref().map(Child::id);
     partition(&cluster, &gws[1], true);
     let cut = Instant::now();
-    let taker = loop {
-        if let Some(i) = [0, 2]
-            .into_iter()
-            .find(|&i| gws[i].owned().is_some_and(|o| o.contains(&homes[1])))
-        {
-            break i;
-        }
-        assert!(
-            cut.elapsed() < Duration::from_secs(20),
-            "gw-b's group never moved"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let taker = wait_taker(&gws, 1, homes[1], cut);
     let took = cut.elapsed();
     println!(
         "gw-b cut off from Ceph: its group taken by {} after {} ms",
@@ -810,19 +795,7 @@ fn a_stopped_owner_s_held_writes_never_land_after_the_takeover() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)
         .unwrap_or_else(|e| panic!("{e}"));
     let stopped = Instant::now();
-    let taker = loop {
-        if let Some(i) = (0..3)
-            .filter(|&i| i != owner)
-            .find(|&i| gws[i].owned().is_some_and(|o| o.contains(&homes[owner])))
-        {
-            break i;
-        }
-        assert!(
-            stopped.elapsed() < Duration::from_secs(20),
-            "the group never moved"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let taker = wait_taker(&gws, owner, homes[owner], stopped);
     println!(
         "{} stopped with writes held; {} took over after {} ms",
         gws[owner].name,

@@ -171,7 +171,13 @@ impl GroupStore for RadosStore {
     }
 
     fn commit(&self, expect: Option<u64>, state: &GroupState) -> Result<Option<u64>, String> {
-        let next = expect.map_or(0, |v| v + 1);
+        // (The version is read from RADOS: one at its end is refused, not wrapped.)
+        let next = match expect {
+            None => 0,
+            Some(v) => v
+                .checked_add(1)
+                .ok_or_else(|| format!("the group's version {v} cannot grow further"))?,
+        };
         let (old, new) = (expect.map(|v| v.to_string()), next.to_string());
         let bytes = state.to_bytes()?;
         let r = self
