@@ -127,7 +127,7 @@ impl Rig {
                     self.ex.poll_backends(&mut out);
                     for (t, res) in out.drain(..) {
                         assert_eq!(t, tag, "completion for a tag never submitted");
-                        if core::io_done(&mut req, res) {
+                        if core::io_done(&mut self.ex, &mut req, tag, res) {
                             done = true;
                         }
                     }

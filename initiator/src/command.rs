@@ -12,7 +12,9 @@ use nvmf_common::wire::fabrics::{
     fctype, prop_size, reg, ConnectCmd, ConnectData, DisconnectCmd, PropertyGetCmd, PropertySetCmd,
     CONNECT_DATA_LEN, NVMF_RECFMT_1_0,
 };
-use nvmf_common::wire::nvm::{self, control, dsm_attr, opcode as nvm_op, DsmRange};
+use nvmf_common::wire::nvm::{
+    self, control, copy, dsm_attr, opcode as nvm_op, CopyRange, DsmRange, COPY_RANGE_LEN,
+};
 use nvmf_common::wire::sqe::{psdt, Sqe, SQE_LEN};
 
 use crate::error::Error;
@@ -286,6 +288,39 @@ pub fn write_zeroes(nsid: Nsid, slba: u64, nblocks: u32, deac: bool) -> Result<S
     Ok(s.into_inner())
 }
 
+/// Verify `nblocks` blocks at `slba` (no data moves).
+pub fn verify(nsid: Nsid, slba: u64, nblocks: u32) -> Result<SqeBytes, Error> {
+    rw(nvm_op::VERIFY, nsid, slba, nblocks, false)
+}
+
+/// Copy `nr_ranges` (1..=256) source ranges, sent as Descriptor Format 0h data
+/// ([`copy_range_data`]), to `sdlba`.
+pub fn copy(nsid: Nsid, sdlba: u64, nr_ranges: u32, fua: bool) -> Result<SqeBytes, Error> {
+    if nr_ranges == 0 || nr_ranges > copy::MAX_RANGES {
+        return Err(Error::InvalidArgument(format!(
+            "{nr_ranges} ranges: Copy takes 1..={}",
+            copy::MAX_RANGES
+        )));
+    }
+    let mut s = base(nvm_op::COPY);
+    s.set_nsid(nsid.0);
+    nvm::set_copy(&mut s, sdlba, nr_ranges, copy::DESFMT_0);
+    nvm::set_rw_control_bit(&mut s, control::FUA, fua);
+    Ok(s.into_inner())
+}
+
+/// The data of a Copy command: one 32-byte Format 0h entry per `(slba, nblocks)`
+/// source range (`nblocks` 1..=65536).
+pub fn copy_range_data(ranges: &[(u64, u32)]) -> Vec<u8> {
+    let mut out = vec![0u8; ranges.len() * COPY_RANGE_LEN];
+    for (chunk, &(slba, nlb)) in out.chunks_exact_mut(COPY_RANGE_LEN).zip(ranges) {
+        let mut r = CopyRange::new_unchecked(chunk);
+        r.set_slba(slba);
+        r.set_nlb(nlb);
+    }
+    out
+}
+
 // ---- Reservations (the data: keys, see `nvmf_common::wire::resv`) ----
 
 fn resv(op: u8, nsid: Nsid, cdw10: u32) -> SqeBytes {
@@ -427,6 +462,8 @@ pub fn io_name(opcode: u8) -> &'static str {
         nvm_op::COMPARE => "Compare",
         nvm_op::WRITE_ZEROES => "Write Zeroes",
         nvm_op::DATASET_MANAGEMENT => "Dataset Management",
+        nvm_op::VERIFY => "Verify",
+        nvm_op::COPY => "Copy",
         _ => "I/O command",
     }
 }

@@ -309,6 +309,33 @@ impl<'a> NsIo<'a> {
         Ok(())
     }
 
+    /// Verifies `nblocks` blocks at `lba` (split into 65536-block commands): the
+    /// target reads them back; an unreadable block fails with the target's status.
+    pub fn verify(&mut self, lba: u64, nblocks: u64) -> Result<(), Error> {
+        self.check_range(lba, nblocks)?;
+        let mut done = 0u64;
+        while done < nblocks {
+            let n = (nblocks - done).min(u64::from(MAX_NLB)) as u32;
+            let sqe = command::verify(self.ns.nsid, lba + done, n)?;
+            self.run(sqe, None, DataDir::None)?;
+            done += u64::from(n);
+        }
+        Ok(())
+    }
+
+    /// Copies the `(lba, nblocks)` source ranges, one after another, to `dest` in one
+    /// Copy command (the target checks them against its MSRC, MSSRL and MCL).
+    pub fn copy(&mut self, dest: u64, ranges: &[(u64, u32)]) -> Result<(), Error> {
+        let bytes = command::copy_range_data(ranges);
+        let sqe = command::copy(self.ns.nsid, dest, ranges.len() as u32, false)?;
+        let buf = self.fabric.alloc(bytes.len())?;
+        let data = buf
+            .slice(0, bytes.len())
+            .filter(|d| d.write_at(0, &bytes))
+            .ok_or_else(|| Error::Protocol("Copy buffer too small".into()))?;
+        self.run(sqe, Some(&data), DataDir::ToCtrl)
+    }
+
     /// Deallocates `(lba, nblocks)` ranges (256 per command).
     pub fn deallocate(&mut self, ranges: &[(u64, u32)]) -> Result<(), Error> {
         if ranges.is_empty() {

@@ -1,5 +1,6 @@
 //! NVM command set I/O commands: opcodes and SQE field helpers for Read / Write /
-//! Compare / Write Zeroes / Verify / Dataset Management, and the DSM range.
+//! Compare / Write Zeroes / Verify / Dataset Management / Copy, the DSM range and the
+//! Copy source range (descriptor format 0h).
 //!
 //! Read/Write (Linux `struct nvme_rw_command`): SLBA cdw10|cdw11<<32, NLB cdw12 15:0
 //! (0-based), PRINFO cdw12 29:26, FUA bit 30, LR bit 31; DEAC cdw12 bit 25 (Write
@@ -7,7 +8,7 @@
 //! attributes cdw11.
 
 use super::sqe::Sqe;
-use super::{get_u32, get_u64, set_u32, set_u64, view};
+use super::{get_u16, get_u32, get_u64, set_u16, set_u32, set_u64, view};
 
 /// NVM command set opcodes (Linux `enum nvme_opcode`).
 pub mod opcode {
@@ -185,6 +186,88 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> DsmRange<T> {
     }
     pub fn set_slba(&mut self, v: u64) {
         set_u64(self.buffer.as_mut(), field::SLBA, v)
+    }
+}
+
+/// Copy: cdw12 fields (NR 7:0 is 0-based, DESFMT 11:8, FUA 30, LR 31).
+pub mod copy {
+    pub const NR_MASK: u32 = 0xFF;
+    pub const DESFMT_SHIFT: u32 = 8;
+    pub const DESFMT_MASK: u32 = 0xF;
+    /// Source Range Entries Copy Descriptor Format 0h (32 bytes, 64-bit LBAs).
+    pub const DESFMT_0: u8 = 0;
+    /// Byte offset of cdw12's DESFMT in the SQE (error location).
+    pub const DESFMT_OFFSET: u16 = 49;
+    /// Byte offset of cdw10 (SDLBA) in the SQE.
+    pub const SDLBA_OFFSET: u16 = 40;
+    /// The most source ranges one command may carry (NR is 8 bits, 0-based).
+    pub const MAX_RANGES: u32 = 256;
+}
+
+/// Copy: the Starting Destination LBA (cdw10..cdw11).
+pub fn copy_sdlba<T: AsRef<[u8]>>(sqe: &Sqe<T>) -> u64 {
+    u64::from(sqe.cdw10()) | (u64::from(sqe.cdw11()) << 32)
+}
+
+/// Copy: the number of source ranges (NR + 1).
+pub fn copy_ranges<T: AsRef<[u8]>>(sqe: &Sqe<T>) -> u32 {
+    (sqe.cdw12() & copy::NR_MASK) + 1
+}
+
+/// Copy: the descriptor format of the source ranges.
+pub fn copy_desfmt<T: AsRef<[u8]>>(sqe: &Sqe<T>) -> u8 {
+    ((sqe.cdw12() >> copy::DESFMT_SHIFT) & copy::DESFMT_MASK) as u8
+}
+
+/// Copy: sets SDLBA, the number of ranges (1..=256, stored 0-based) and DESFMT.
+pub fn set_copy<T: AsRef<[u8]> + AsMut<[u8]>>(
+    sqe: &mut Sqe<T>,
+    sdlba: u64,
+    ranges: u32,
+    desfmt: u8,
+) {
+    sqe.set_cdw10(sdlba as u32);
+    sqe.set_cdw11((sdlba >> 32) as u32);
+    let nr = ranges.clamp(1, copy::MAX_RANGES) - 1;
+    let keep = sqe.cdw12() & !(copy::NR_MASK | (copy::DESFMT_MASK << copy::DESFMT_SHIFT));
+    sqe.set_cdw12(keep | nr | ((u32::from(desfmt) & copy::DESFMT_MASK) << copy::DESFMT_SHIFT));
+}
+
+/// The length of one Source Range Entry in Copy Descriptor Format 0h.
+pub const COPY_RANGE_LEN: usize = 32;
+
+mod copy_field {
+    use core::ops::Range;
+    pub const SLBA: Range<usize> = 8..16;
+    pub const NLB: Range<usize> = 16..18;
+}
+
+view!(
+    /// A view of one Copy source range in Descriptor Format 0h (Linux
+    /// `struct nvme_copy_range`).
+    CopyRange,
+    COPY_RANGE_LEN
+);
+
+impl<T: AsRef<[u8]>> CopyRange<T> {
+    /// Starting LBA.
+    pub fn slba(&self) -> u64 {
+        get_u64(self.buffer.as_ref(), copy_field::SLBA)
+    }
+    /// Number of logical blocks (NOT 0-based: the field + 1).
+    pub fn nlb(&self) -> u32 {
+        u32::from(get_u16(self.buffer.as_ref(), copy_field::NLB)) + 1
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> CopyRange<T> {
+    pub fn set_slba(&mut self, v: u64) {
+        set_u64(self.buffer.as_mut(), copy_field::SLBA, v)
+    }
+    /// Sets the length (1..=65536 blocks; stored 0-based).
+    pub fn set_nlb(&mut self, blocks: u32) {
+        let v = blocks.clamp(1, 1 << 16) - 1;
+        set_u16(self.buffer.as_mut(), copy_field::NLB, v as u16)
     }
 }
 

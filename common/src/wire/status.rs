@@ -112,6 +112,9 @@ pub mod cmd_specific {
     pub const CONFLICTING_ATTRIBUTES: u8 = 0x80;
     pub const INVALID_PROTECTION_INFORMATION: u8 = 0x81;
     pub const WRITE_TO_READ_ONLY_RANGE: u8 = 0x82;
+    /// Copy: more source ranges than MSRC, a range longer than MSSRL, or more blocks
+    /// in all than MCL (NVM Command Set, Linux `NVME_SC_CMD_SIZE_LIM_EXCEEDED`).
+    pub const COMMAND_SIZE_LIMIT_EXCEEDED: u8 = 0x83;
 }
 
 /// Media and Data Integrity Error values (SCT 2).

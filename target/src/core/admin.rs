@@ -142,7 +142,7 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
             }
             // An inactive NSID reads back as zeroes.
             if let Some(ns) = ctrl.namespace(Nsid(nsid)) {
-                identify::namespace(&ns, &mut page);
+                identify::namespace(&ns, ex.target.params.max_io_size, &mut page);
             }
         }
         cns::ACTIVE_NS_LIST => {

@@ -5,8 +5,8 @@
 use nvmf_common::wire::ana;
 use nvmf_common::wire::fabrics::NVME_VS_1_3;
 use nvmf_common::wire::identify::{
-    anacap, cmic, cntrltype, lpa, oaes, oncs, rescap, sgls, IdentifyController, IdentifyNamespace,
-    LbaFormat, NsIdDescriptor,
+    anacap, cmic, cntrltype, lpa, oaes, ocfs, oncs, rescap, sgls, IdentifyController,
+    IdentifyNamespace, LbaFormat, NsIdDescriptor,
 };
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
@@ -134,7 +134,15 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
         id.set_nanagrpid(ana::MAX_GROUPS);
         id.set_nn(ctrl.max_nsid());
         id.set_mnan(ctrl.max_nsid());
-        id.set_oncs(oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES | oncs::RESERVATIONS);
+        id.set_oncs(
+            oncs::COMPARE
+                | oncs::DSM
+                | oncs::WRITE_ZEROES
+                | oncs::RESERVATIONS
+                | oncs::VERIFY
+                | oncs::COPY,
+        );
+        id.set_ocfs(ocfs::FORMAT_0);
         // Truthful per backend: files and block devices sit on a volatile cache (the
         // page cache or the device's), RAM and null keep nothing to lose on a crash
         // beyond what they already lose.
@@ -148,8 +156,8 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     }
 }
 
-/// Fills a 4096-byte Identify Namespace structure.
-pub(super) fn namespace(ns: &Namespace, out: &mut [u8]) {
+/// Fills a 4096-byte Identify Namespace structure; `max_io_size` (MDTS) bounds Copy.
+pub(super) fn namespace(ns: &Namespace, max_io_size: u32, out: &mut [u8]) {
     let info = ns.backend.info();
     let mut id = IdentifyNamespace::new_unchecked(out);
     id.set_nsze(ns.nblocks);
@@ -166,6 +174,10 @@ pub(super) fn namespace(ns: &Namespace, out: &mut [u8]) {
     if info.deallocated_reads_zero {
         id.set_dlfeat(DLFEAT_READ_ZEROES);
     }
+    let (mssrl, mcl, msrc) = super::copy::limits(ns, max_io_size);
+    id.set_mssrl(mssrl);
+    id.set_mcl(mcl);
+    id.set_msrc(msrc);
     id.set_nguid(ns.nguid);
     id.set_anagrpid(ns.anagrpid);
     id.set_rescap(

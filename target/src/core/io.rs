@@ -1,4 +1,5 @@
-//! NVM I/O commands: Read, Write, Compare, Flush, Write Zeroes, Dataset Management.
+//! NVM I/O commands: Read, Write, Compare, Flush, Write Zeroes, Dataset Management;
+//! Verify and Copy in [`super::copy`].
 //!
 //! Parse validates the namespace, the LBA range and the transfer length; execute turns
 //! the command into backend operations on this thread's channel, tagged with the
@@ -77,6 +78,16 @@ pub(super) fn parse(ctrl: &Controller, req: &mut Request) -> Result<Plan, Status
             byte_range(&ns, nvm::rw_slba(&cmd), u64::from(nvm::rw_nlb(&cmd)))?;
             req.ns = Some(ns);
             Plan::NONE
+        }
+        opcode::VERIFY => {
+            let ns = io_ns(ctrl, nsid)?;
+            let plan = super::copy::parse_verify(&ns, req)?;
+            req.ns = Some(ns);
+            plan
+        }
+        opcode::COPY => {
+            req.ns = Some(io_ns(ctrl, nsid)?);
+            super::copy::parse_copy(req)?
         }
         opcode::DATASET_MANAGEMENT => {
             req.ns = Some(io_ns(ctrl, nsid)?);
@@ -189,6 +200,8 @@ fn submit(
             IoOp::WriteZeroes { offset, len }
         }
         opcode::DATASET_MANAGEMENT => return dsm(ex, req, &ns, tag),
+        opcode::VERIFY => return super::copy::verify(ex, req, &ns, tag),
+        opcode::COPY => return super::copy::copy(ctrl, ex, req, &ns, tag),
         _ => return Err(Status::generic_dnr(generic::INVALID_OPCODE).at(sqe::offset::OPCODE, 0)),
     };
     ex.submit(&ns, tag, io).map_err(|e| e.status())?;
@@ -231,10 +244,11 @@ fn dsm(ex: &mut ExecCtx, req: &mut Request, ns: &Arc<Namespace>, tag: u64) -> Re
     Ok(n)
 }
 
-/// Completes what needs the data after the backend finished (Compare).
+/// Completes what needs the data after the backend finished (Compare); drops the
+/// scratch data of Verify and Copy.
 pub(super) fn finish(req: &mut Request) {
     if let Some(scratch) = req.scratch.take() {
-        if req.status.is_success() {
+        if req.status.is_success() && req.opcode() == opcode::COMPARE {
             let len = req.plan.len as usize;
             let mut host = vec![0u8; len];
             let mut disk = vec![0u8; len];

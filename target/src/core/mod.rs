@@ -21,6 +21,7 @@
 
 mod admin;
 mod auth;
+mod copy;
 mod discovery;
 mod fabrics;
 mod identify;
@@ -89,8 +90,10 @@ pub struct Request {
     pending: u32,
     /// The namespace the command targets, kept alive while I/O runs.
     ns: Option<Arc<Namespace>>,
-    /// Compare: the data read back from the backend.
+    /// Compare: the data read back from the backend; Verify and Copy: what they read.
     scratch: Option<Arc<DmaBuffer>>,
+    /// What a command of several rounds (Copy) still has to issue.
+    step: copy::Step,
 }
 
 impl Default for Request {
@@ -111,6 +114,7 @@ impl Request {
             pending: 0,
             ns: None,
             scratch: None,
+            step: copy::Step::None,
         }
     }
 
@@ -128,6 +132,7 @@ impl Request {
         self.pending = 0;
         self.ns = None;
         self.scratch = None;
+        self.step = copy::Step::None;
     }
 
     /// A copy of the command (64 bytes), so it can be read while `self` is mutated.
@@ -180,6 +185,7 @@ impl Request {
         self.data = None;
         self.ns = None;
         self.scratch = None;
+        self.step = copy::Step::None;
     }
 }
 
@@ -533,9 +539,15 @@ pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) 
     }
 }
 
-/// Step 4: a backend operation of `req` finished. Returns true when the request is
-/// complete (all its operations are done).
-pub fn io_done(req: &mut Request, result: Result<(), BackendError>) -> bool {
+/// Step 4: a backend operation of `req` (tagged `tag`) finished. Returns true when
+/// the request is complete: all its operations are done and no further round (the
+/// write of a Copy) is left to issue on `ex`.
+pub fn io_done(
+    ex: &mut ExecCtx,
+    req: &mut Request,
+    tag: u64,
+    result: Result<(), BackendError>,
+) -> bool {
     if let Err(e) = result {
         if req.status.is_success() {
             tracing::warn!(cid = req.cid(), opcode = req.opcode(), "backend error: {e}");
@@ -545,6 +557,20 @@ pub fn io_done(req: &mut Request, result: Result<(), BackendError>) -> bool {
     req.pending = req.pending.saturating_sub(1);
     if req.pending > 0 {
         return false;
+    }
+    if req.step != copy::Step::None {
+        if !req.status.is_success() {
+            req.step = copy::Step::None;
+        } else {
+            match copy::continue_copy(ex, req, tag) {
+                Ok(0) => {}
+                Ok(n) => {
+                    req.pending = n;
+                    return false;
+                }
+                Err(s) => req.fail(s),
+            }
+        }
     }
     io::finish(req);
     true

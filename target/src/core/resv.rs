@@ -36,10 +36,13 @@ fn conflict() -> Status {
 /// The command group of an I/O opcode, for the reservation check.
 pub(super) fn access(op: u8) -> Option<Access> {
     match op {
-        opcode::READ | opcode::COMPARE => Some(Access::Read),
-        opcode::WRITE | opcode::WRITE_ZEROES | opcode::DATASET_MANAGEMENT | opcode::FLUSH => {
-            Some(Access::Write)
-        }
+        // The spec's command groups: Verify reads, Copy writes (its destination).
+        opcode::READ | opcode::COMPARE | opcode::VERIFY => Some(Access::Read),
+        opcode::WRITE
+        | opcode::WRITE_ZEROES
+        | opcode::DATASET_MANAGEMENT
+        | opcode::FLUSH
+        | opcode::COPY => Some(Access::Write),
         _ => None,
     }
 }

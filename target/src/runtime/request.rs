@@ -519,7 +519,9 @@ impl<T: Transport> Runtime<T> {
     /// A backend operation finished.
     pub(super) fn on_backend(&mut self, t: &mut T, tg: u64, res: Result<(), BackendError>) {
         let (gen, qi, si) = tag_parts(tg);
-        let Some(q) = self.queue_mut(qi) else { return };
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
         if q.gen != gen {
             return;
         }
@@ -527,7 +529,8 @@ impl<T: Transport> Runtime<T> {
         let Some(slot) = q.slots.get_mut(usize::from(si)) else {
             return;
         };
-        if slot.state != ReqState::Executing || !core::io_done(&mut slot.req, res) {
+        if slot.state != ReqState::Executing || !core::io_done(&mut self.ex, &mut slot.req, tg, res)
+        {
             return;
         }
         if dead {

@@ -550,6 +550,12 @@ pub mod oncs {
     pub const COPY: u16 = 1 << 8;
 }
 
+/// Optional Copy Formats Supported (OCFS).
+pub mod ocfs {
+    /// Source Range Entries Copy Descriptor Format 0h.
+    pub const FORMAT_0: u16 = 1 << 0;
+}
+
 /// Fused operation support (FUSES).
 pub mod fuses {
     pub const COMPARE_AND_WRITE: u16 = 1 << 0;
