@@ -15,7 +15,7 @@ use nvmf_common::wire::fabrics::{
 use nvmf_common::wire::nvm::{
     self, control, copy, dsm_attr, opcode as nvm_op, CopyRange, DsmRange, COPY_RANGE_LEN,
 };
-use nvmf_common::wire::sqe::{psdt, Sqe, SQE_LEN};
+use nvmf_common::wire::sqe::{fuse, psdt, Sqe, SQE_LEN};
 
 use crate::error::Error;
 
@@ -279,6 +279,21 @@ pub fn write(nsid: Nsid, slba: u64, nblocks: u32, fua: bool) -> Result<SqeBytes,
 /// Compare `nblocks` blocks at `slba` with the data sent.
 pub fn compare(nsid: Nsid, slba: u64, nblocks: u32) -> Result<SqeBytes, Error> {
     rw(nvm_op::COMPARE, nsid, slba, nblocks, false)
+}
+
+/// A fused Compare and Write of `nblocks` at `slba`: the Compare (FUSE first) and
+/// the Write (FUSE second), to be submitted back to back on one queue. Each carries
+/// `nblocks` of data: what the blocks must hold, and what replaces it.
+pub fn compare_and_write(
+    nsid: Nsid,
+    slba: u64,
+    nblocks: u32,
+) -> Result<(SqeBytes, SqeBytes), Error> {
+    let mut first = rw(nvm_op::COMPARE, nsid, slba, nblocks, false)?;
+    Sqe::new_unchecked(&mut first[..]).set_fuse(fuse::FIRST);
+    let mut second = rw(nvm_op::WRITE, nsid, slba, nblocks, false)?;
+    Sqe::new_unchecked(&mut second[..]).set_fuse(fuse::SECOND);
+    Ok((first, second))
 }
 
 /// Write Zeroes `nblocks` at `slba`; `deac` lets the controller deallocate them.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use nvmf_common::types::{Cid, Nsid};
 use nvmf_common::wire::nvm::{self, opcode as nvm_op, DSM_MAX_RANGES, DSM_RANGE_LEN};
 use nvmf_common::wire::sqe::Sqe;
+use nvmf_common::wire::status::Status;
 
 use crate::command::{self, SqeBytes, MAX_NLB};
 use crate::controller::{Controller, NamespaceInfo};
@@ -307,6 +308,54 @@ impl<'a> NsIo<'a> {
             done += u64::from(n);
         }
         Ok(())
+    }
+
+    /// Fused Compare and Write: the blocks at `lba` become `new` only if they hold
+    /// `expect` (same length, whole blocks, one command each), atomically against
+    /// every other write. Returns both statuses as the target gave them (Compare
+    /// Failure and Command Aborted due to Failed Fused Command on a mismatch).
+    pub fn compare_and_write(
+        &mut self,
+        lba: u64,
+        expect: &[u8],
+        new: &[u8],
+    ) -> Result<(Status, Status), Error> {
+        let bs = self.ns.block_size as usize;
+        if expect.len() != new.len() || expect.is_empty() || !expect.len().is_multiple_of(bs) {
+            return Err(Error::InvalidArgument(format!(
+                "compare and write takes two buffers of the same whole blocks ({} and {} bytes)",
+                expect.len(),
+                new.len()
+            )));
+        }
+        let n = (expect.len() / bs) as u32;
+        if n > self.max_blocks {
+            return Err(Error::InvalidArgument(format!(
+                "{n} blocks: one Compare and Write moves at most {}",
+                self.max_blocks
+            )));
+        }
+        let cmp = self.fabric.alloc(expect.len())?;
+        let wr = self.fabric.alloc(new.len())?;
+        let cmp = self.data_for(lba, n, &cmp)?;
+        let wr = self.data_for(lba, n, &wr)?;
+        if !cmp.write_at(0, expect) || !wr.write_at(0, new) {
+            return Err(Error::Protocol(
+                "compare and write buffers unwritable".into(),
+            ));
+        }
+        let (first, second) = command::compare_and_write(self.ns.nsid, lba, n)?;
+        let c = self.q.execute_all(
+            &[
+                (first, Some(&cmp), DataDir::ToCtrl),
+                (second, Some(&wr), DataDir::ToCtrl),
+            ],
+            self.timeout,
+        )?;
+        match (c.first(), c.get(1)) {
+            (Some(a), Some(b)) => Ok((a.status, b.status)),
+            _ => Err(Error::Protocol("a fused pair lost a completion".into())),
+        }
     }
 
     /// Verifies `nblocks` blocks at `lba` (split into 65536-block commands): the

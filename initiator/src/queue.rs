@@ -434,37 +434,69 @@ impl Queue {
         dir: DataDir,
         timeout: Duration,
     ) -> Result<Completion, Error> {
-        let what = crate::command::name(&sqe);
-        let cid = self.submit(sqe, data, dir, u64::MAX)?;
+        let mut all = self.execute_all(&[(sqe, data, dir)], timeout)?;
+        all.pop()
+            .ok_or_else(|| Error::Protocol("no completion for the command".into()))
+    }
+
+    /// [`Queue::execute`] for commands that must be submitted together, back to back
+    /// in one flush (a fused pair): their completions in the order given. On timeout
+    /// every one still outstanding is timed out.
+    pub fn execute_all(
+        &mut self,
+        cmds: &[(SqeBytes, Option<&IoBuf>, DataDir)],
+        timeout: Duration,
+    ) -> Result<Vec<Completion>, Error> {
+        let what = cmds
+            .first()
+            .map_or("command", |(sqe, _, _)| crate::command::name(sqe));
+        let mut cids = Vec::with_capacity(cmds.len());
+        for (sqe, data, dir) in cmds {
+            match self.submit(*sqe, *data, *dir, u64::MAX) {
+                Ok(cid) => cids.push(cid),
+                Err(e) => {
+                    // Those already queued are sent; their answers are kept for poll.
+                    let _ = self.flush();
+                    return Err(e);
+                }
+            }
+        }
         self.flush()?;
         let deadline = Instant::now() + timeout;
         let mut next_stuck_scan = Instant::now() + EXECUTE_STUCK_SCAN;
         let mut spins = 0u32;
-        let mut found = None;
+        let mut found: Vec<Option<Completion>> = vec![None; cids.len()];
         loop {
             let mut got = std::mem::take(&mut self.scratch);
             got.clear();
             let r = self.reap(&mut got);
             for c in got.drain(..) {
-                if c.cid == cid && found.is_none() {
-                    found = Some(c);
-                } else {
-                    self.pending.push_back(c);
+                match cids.iter().position(|&cid| cid == c.cid) {
+                    Some(i) if found.get(i).is_some_and(Option::is_none) => {
+                        if let Some(f) = found.get_mut(i) {
+                            *f = Some(c);
+                        }
+                    }
+                    _ => self.pending.push_back(c),
                 }
             }
             self.scratch = got;
-            if let Some(c) = found {
-                // A protocol error on another response does not undo this completion;
+            if found.iter().all(Option::is_some) {
+                // A protocol error on another response does not undo these completions;
                 // the queue is marked broken and the next poll reports nothing more.
                 if let Err(e) = r {
                     warn!(qid = %self.qid, error = %e, "while waiting for {what}");
                 }
-                return Ok(c);
+                return Ok(found.into_iter().flatten().collect());
             }
             r?;
             let now = Instant::now();
             if now >= deadline {
-                self.time_out(cid);
+                for (cid, f) in cids.iter().zip(&found) {
+                    if f.is_none() {
+                        self.time_out(*cid);
+                    }
+                }
                 return Err(Error::Timeout(format!(
                     "{what} on queue {} got no response in {timeout:?}",
                     self.qid

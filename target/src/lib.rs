@@ -11,6 +11,7 @@ pub mod fastmap;
 pub mod group;
 pub mod limits;
 pub mod live;
+pub mod locks;
 pub mod management;
 pub mod metrics;
 pub mod params;

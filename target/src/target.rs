@@ -48,6 +48,8 @@ pub struct Target {
     pub metrics: crate::metrics::Registry,
     /// What happened, for subscribers (the management API's event stream).
     pub events: crate::events::EventBus,
+    /// LBA range locks across poll groups (fused Compare and Write).
+    pub locks: crate::locks::RangeLocks,
 }
 
 /// A serial number derived from the NQN when the config gives none (20 hex digits).
@@ -99,6 +101,7 @@ impl Target {
             ana: crate::ana::AnaPorts::default(),
             metrics: crate::metrics::Registry::default(),
             events: crate::events::EventBus::default(),
+            locks: crate::locks::RangeLocks::default(),
         })
     }
 

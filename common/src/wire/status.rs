@@ -284,6 +284,10 @@ impl Status {
             (Sct::Generic, g::INTERNAL_ERROR) => "Internal Error",
             (Sct::Generic, g::ABORT_REQUESTED) => "Command Abort Requested",
             (Sct::Generic, g::ABORTED_SQ_DELETION) => "Command Aborted due to SQ Deletion",
+            (Sct::Generic, g::ABORTED_FUSED_FAIL) => "Command Aborted due to Failed Fused Command",
+            (Sct::Generic, g::ABORTED_FUSED_MISSING) => {
+                "Command Aborted due to Missing Fused Command"
+            }
             (Sct::Generic, g::INVALID_NAMESPACE) => "Invalid Namespace or Format",
             (Sct::Generic, g::COMMAND_SEQUENCE_ERROR) => "Command Sequence Error",
             (Sct::Generic, g::DATA_SGL_LENGTH_INVALID) => "Data SGL Length Invalid",

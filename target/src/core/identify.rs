@@ -5,7 +5,7 @@
 use nvmf_common::wire::ana;
 use nvmf_common::wire::fabrics::NVME_VS_1_3;
 use nvmf_common::wire::identify::{
-    anacap, cmic, cntrltype, lpa, oaes, ocfs, oncs, rescap, sgls, IdentifyController,
+    anacap, cmic, cntrltype, fuses, lpa, oaes, ocfs, oncs, rescap, sgls, IdentifyController,
     IdentifyNamespace, LbaFormat, NsIdDescriptor,
 };
 
@@ -143,6 +143,9 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
                 | oncs::COPY,
         );
         id.set_ocfs(ocfs::FORMAT_0);
+        // Compare and Write, atomic against every other write to its range on every
+        // backend (crate::locks); nvmet has no fused support, SPDK the same pair.
+        id.set_fuses(fuses::COMPARE_AND_WRITE);
         // Truthful per backend: files and block devices sit on a volatile cache (the
         // page cache or the device's), RAM and null keep nothing to lose on a crash
         // beyond what they already lose.

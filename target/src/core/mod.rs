@@ -472,7 +472,8 @@ pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> 
 fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan, Status> {
     let cmd = req.cmd();
     let flags = cmd.flags();
-    if cmd.fuse() != sqe::fuse::NORMAL {
+    if cmd.fuse() != sqe::fuse::NORMAL && !fusable(q, &cmd) {
+        // nvmet refuses every fused command; SPDK and we take Compare and Write only.
         return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::FLAGS, 0));
     }
     if cmd.psdt() != sqe::psdt::SGL_MPTR_CONTIGUOUS {
@@ -505,6 +506,52 @@ fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan,
         }
     } else {
         io::parse(ctrl, req)
+    }
+}
+
+/// Whether `cmd` may be half of a fused operation: Compare (first) and Write (second)
+/// on an I/O queue, the only pair FUSES advertises.
+fn fusable(q: &QueueCtx, cmd: &Sqe<[u8; SQE_LEN]>) -> bool {
+    use nvmf_common::wire::nvm::opcode;
+    if q.qid.is_admin() || q.ctrl.is_none() {
+        return false;
+    }
+    matches!(
+        (cmd.fuse(), cmd.opcode()),
+        (sqe::fuse::FIRST, opcode::COMPARE) | (sqe::fuse::SECOND, opcode::WRITE)
+    )
+}
+
+/// The bytes a parsed I/O command reads or writes, when its SQE names them (Read,
+/// Write, Compare, Write Zeroes, Verify).
+pub fn io_extent(req: &Request) -> Option<crate::locks::Extent> {
+    use nvmf_common::wire::nvm::{self, opcode};
+    let ns = req.ns.as_ref()?;
+    match req.opcode() {
+        opcode::READ | opcode::WRITE | opcode::COMPARE | opcode::WRITE_ZEROES | opcode::VERIFY => {
+            let cmd = req.cmd();
+            let start = nvm::rw_slba(&cmd).checked_shl(ns.block_size_shift)?;
+            let len = u64::from(nvm::rw_nlb(&cmd)) << ns.block_size_shift;
+            Some(crate::locks::Extent {
+                ns: ns.instance,
+                start,
+                end: start.saturating_add(len),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// What a parsed I/O command may change, for range locks: its range for Write and
+/// Write Zeroes, the whole namespace for the commands whose ranges are in their data
+/// (Dataset Management, Copy); None for commands that change no data.
+pub fn write_extent(req: &Request) -> Option<crate::locks::Extent> {
+    use nvmf_common::wire::nvm::opcode;
+    let ns = req.ns.as_ref()?;
+    match req.opcode() {
+        opcode::WRITE | opcode::WRITE_ZEROES => io_extent(req),
+        opcode::DATASET_MANAGEMENT | opcode::COPY => Some(crate::locks::Extent::whole(ns.instance)),
+        _ => None,
     }
 }
 

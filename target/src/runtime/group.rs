@@ -91,6 +91,16 @@ pub struct Runtime<T: Transport> {
     pub(super) held_pass: super::throttle::HeldPass,
     /// The group's QoS budgets per limited namespace.
     pub(super) qos: crate::qos::QosGroup,
+    /// This group's id in the target's range-lock table ([`crate::locks`]).
+    pub(super) lock_uid: u64,
+    /// Writes held because they overlap a locked range: (queue, generation, slot).
+    pub(super) lock_waiters: Vec<(u16, u16, u16)>,
+    /// The lock table's generation when `lock_waiters` were last tried.
+    pub(super) lock_gen: u64,
+    /// Fused pairs waiting for their range: (queue, generation, Compare's slot).
+    pub(super) fused_pairs: Vec<(u16, u16, u16)>,
+    /// Fused halves whose other half failed or never came, to complete.
+    pub(super) fused_orphans: Vec<(u16, u16, u16)>,
     /// Shutting down: new capsules are not executed.
     pub(super) draining: bool,
     /// The group's stop flag: set when the shutdown begins.
@@ -158,6 +168,11 @@ pub fn spawn<T: Transport>(
         held_queues: Vec::new(),
         held_pass: Default::default(),
         qos: crate::qos::QosGroup::default(),
+        lock_uid: 0,
+        lock_waiters: Vec::new(),
+        lock_gen: 0,
+        fused_pairs: Vec::new(),
+        fused_orphans: Vec::new(),
         draining: false,
         stop: stop.clone(),
         epoll,
@@ -166,6 +181,8 @@ pub fn spawn<T: Transport>(
         load: inbox.load.clone(),
         wake: inbox.wake.clone(),
     };
+    let mut rt = rt;
+    rt.lock_uid = rt.target.locks.register(&rt.wake);
     let cpu = rt.target.params.cpus.as_ref().map(|l| l.for_index(index));
     let thread = std::thread::Builder::new()
         .name(thread_name)
@@ -236,7 +253,7 @@ fn run<T: Transport>(
             }
             if block && work == 0 {
                 bump(&rt.stats.sleeps, 1);
-                let sleep = if rt.has_held() {
+                let sleep = if rt.has_held() || rt.locks_busy() {
                     THROTTLED_SLEEP_MS
                 } else {
                     MAX_SLEEP_MS
@@ -252,6 +269,9 @@ fn run<T: Transport>(
             }
         }
         work += rt.reap_backends(&mut t, &mut reaped);
+        if rt.locks_busy() {
+            work += rt.lock_pass(&mut t);
+        }
         rt.serve_events(&mut t);
         if rt.has_held() {
             work += rt.retry_held(&mut t);
@@ -274,6 +294,7 @@ fn run<T: Transport>(
     }
     rt.drain(&mut t, &mut reaped);
     rt.shutdown_all(&mut t, &mut reaped);
+    rt.target.locks.unregister(rt.lock_uid);
     t.shutdown(&mut rt);
     rt.publish_gauges();
     debug!(group = rt.index, "{} poll group stopped", T::NAME);

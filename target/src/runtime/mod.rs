@@ -31,6 +31,7 @@
 //! transport's flush, so all work a pass produced leaves with one system call or
 //! doorbell per queue.
 
+mod fused;
 pub mod group;
 pub mod groups;
 pub mod mailbox;
@@ -46,6 +47,7 @@ use std::time::Instant;
 
 use nix::sys::epoll::EpollFlags;
 
+pub use fused::FuseLink;
 pub use group::{spawn, Runtime};
 pub use groups::PollGroups;
 pub use mailbox::GroupHandle;

@@ -26,6 +26,7 @@ use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sqe::{self, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
 
+use super::fused::{self, FuseLink, OpenFused};
 use super::group::Runtime;
 use super::sgl::{self, HostData};
 use super::stats::{self, bump};
@@ -78,6 +79,10 @@ pub struct Slot<S> {
     pub reported: bool,
     /// Counted as held by its namespace's QoS state ([`super::throttle`]).
     pub qos_held: bool,
+    /// Its part in a fused Compare and Write ([`super::fused`]).
+    pub fuse: FuseLink,
+    /// The range lock it holds or waits for ([`crate::locks`]).
+    pub lock: Option<crate::locks::LockId>,
     pub t: S,
 }
 
@@ -92,6 +97,8 @@ impl<S: Default> Slot<S> {
             since: 0,
             reported: false,
             qos_held: false,
+            fuse: FuseLink::None,
+            lock: None,
             t: S::default(),
         }
     }
@@ -117,6 +124,8 @@ pub struct Queue<T: Transport> {
     /// `held` may hold commands of more than one namespace (false: one at most, so
     /// when its first cannot go, none can).
     pub(super) held_mixed: bool,
+    /// A fused first half waiting for its second ([`super::fused`]).
+    pub(super) open_fused: OpenFused,
     pub t: T::Queue,
 }
 
@@ -179,6 +188,7 @@ impl<T: Transport> Runtime<T> {
             cells: Vec::new(),
             held: std::collections::VecDeque::new(),
             held_mixed: false,
+            open_fused: OpenFused::None,
             t: tq,
         };
         let qi = match self.queues.iter().position(Option::is_none) {
@@ -298,6 +308,23 @@ impl<T: Transport> Runtime<T> {
         q.ctx.advance_sq_head();
         let parsed = sgl::decode(sqe_bytes, icd.len(), T::SGL)
             .and_then(|host| core::parse(&q.ctx, target, &mut slot.req, host.len()).map(|()| host));
+        let fu = fused::fuse_of(sqe_bytes);
+        if fu != 0 || q.open_fused != OpenFused::None {
+            // A fused half, or the command after an open first half (rare).
+            let linked = fused::link(q, si, fu, parsed.is_err());
+            if let Some(f) = linked.complete {
+                self.fused_orphans.push((qi, q.gen, f));
+            }
+            if let Some(st) = linked.fail {
+                if let Some(s) = q.slots.get_mut(usize::from(si)) {
+                    s.req.fail(st);
+                }
+                return self.complete(t, qi, si);
+            }
+        }
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
         let host = match parsed {
             Ok(h) => h,
             Err(st) => {
@@ -475,7 +502,22 @@ impl<T: Transport> Runtime<T> {
         }
     }
 
-    fn execute(&mut self, t: &mut T, qi: u16, si: u16) {
+    pub(super) fn execute(&mut self, t: &mut T, qi: u16, si: u16) {
+        let fused = self
+            .queue(qi)
+            .and_then(|q| q.slots.get(usize::from(si)))
+            .is_some_and(|s| s.fuse != FuseLink::None);
+        if fused {
+            return self.fused_ready(t, qi, si);
+        }
+        if self.held_by_lock(qi, si) {
+            return;
+        }
+        self.run(t, qi, si)
+    }
+
+    /// Executes slot `si`'s command now (past the fused and range-lock gates).
+    pub(super) fn run(&mut self, t: &mut T, qi: u16, si: u16) {
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
@@ -488,7 +530,7 @@ impl<T: Transport> Runtime<T> {
         match core::execute(&mut q.ctx, &mut self.ex, &mut slot.req, tg) {
             Outcome::Done => {
                 let connected_now = !was_connected && q.ctx.ctrl.is_some();
-                self.complete(t, qi, si);
+                self.finished(t, qi, si);
                 if connected_now {
                     self.install_queue(t, qi);
                 }
@@ -536,13 +578,39 @@ impl<T: Transport> Runtime<T> {
         if dead {
             self.settle(t, qi, si);
         } else {
-            self.complete(t, qi, si);
+            self.finished(t, qi, si);
         }
     }
 
     /// The command in slot `si` is finished: hand its data and response to the
     /// transport.
     pub fn complete(&mut self, t: &mut T, qi: u16, si: u16) {
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
+        if q.dead {
+            return self.settle(t, qi, si);
+        }
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        if slot.fuse != FuseLink::None || slot.lock.is_some() || q.open_fused != OpenFused::None {
+            // Half of a fused pair: its other half is settled first (rare).
+            self.fused_completing(t, qi, si);
+            return self.respond(t, qi, si);
+        }
+        watch::enter(
+            slot,
+            ReqState::TransferringControllerToHost,
+            self.now_ns,
+            &self.stats.states,
+        );
+        self.account(qi, si);
+        t.send_response(self, qi, si);
+    }
+
+    /// Hands slot `si`'s data and response to the transport.
+    fn respond(&mut self, t: &mut T, qi: u16, si: u16) {
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
@@ -655,6 +723,10 @@ impl<T: Transport> Runtime<T> {
         };
         slot.req.release();
         slot.host = HostData::None;
+        slot.fuse = FuseLink::None;
+        if let Some(id) = slot.lock.take() {
+            self.target.locks.release(id);
+        }
         if let Some(b) = slot.buf.take() {
             self.pool.free(b);
             stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
