@@ -25,6 +25,7 @@ mod discovery;
 mod fabrics;
 mod identify;
 mod io;
+mod logs;
 mod resv;
 
 use std::sync::Arc;
