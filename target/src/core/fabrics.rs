@@ -292,10 +292,11 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
 /// as CC.CRIME is not implemented (a controller is ready at once, media and all), and
 /// because the Linux host takes CRIMS as a sign to use the Command Set Independent
 /// Identify Namespace, which we do not serve. SPDK sets CRWMS alone too (and VS 2.0);
-/// nvmet sets neither. VS stays 1.3: the Linux host (6.x `nvme_scan_ns`) asks for the
-/// Command Set Independent Identify Namespace (CNS 08h) of a 2.0 controller, and a
-/// namespace whose CNS 08h fails is not added. CRMS is reserved in 1.3, so a 1.3 host
-/// ignores it.
+/// nvmet sets neither. VS stays 1.3: Linux hosts after 6.12 (`nvme_scan_ns`: CRIMS, or
+/// VS 2.0 or later) read a namespace through the Command Set Independent Identify
+/// Namespace (CNS 08h), which we do not serve, and skip a namespace whose CNS 08h
+/// fails; VS 2.0 would also promise what 2.0 makes mandatory. CRMS is reserved in
+/// 1.3, so a 1.3 host ignores it.
 pub(crate) fn cap_value(max_queue_size: u16) -> u64 {
     Cap::default()
         .with_mqes(max_queue_size.saturating_sub(1))
