@@ -372,12 +372,14 @@ pub mod reg {
     pub const ASQ: u32 = 0x28;
     /// Admin CQ Base Address (PCIe only, 8 bytes).
     pub const ACQ: u32 = 0x30;
+    /// Controller Ready Timeouts (NVMe 2.0; read when CAP.CRMS.CRWMS is set).
+    pub const CRTO: u32 = 0x68;
 
     /// The size in bytes of the property at `offset`, if it is one defined here.
     pub const fn size_of(offset: u32) -> Option<usize> {
         match offset {
             CAP | ASQ | ACQ => Some(8),
-            VS | INTMS | INTMC | CC | CSTS | NSSR | AQA => Some(4),
+            VS | INTMS | INTMC | CC | CSTS | NSSR | AQA | CRTO => Some(4),
             _ => None,
         }
     }
@@ -474,6 +476,26 @@ impl Cap {
     regfield!(cmbs, with_cmbs, u64, bool, 57, 1);
     regfield!(nsss, with_nsss, u64, bool, 58, 1);
     regfield!(crms, with_crms, u64, u8, 59, 2);
+}
+
+/// CAP.CRMS bits (controller ready modes supported; Linux `NVME_CAP_CRMS_*` are these
+/// shifted to CAP bits 59 and 60).
+pub mod cap_crms {
+    /// Controller Ready With Media Support: CRTO.CRWMT is valid (the host reads CRTO).
+    pub const CRWMS: u8 = 1 << 0;
+    /// Controller Ready Independent of Media Support: CC.CRIME may be set.
+    pub const CRIMS: u8 = 1 << 1;
+}
+
+/// Controller Ready Timeouts (CRTO, 4 bytes at offset 0x68), both in 500 ms units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Crto(pub u32);
+
+impl Crto {
+    // CRWMT: how long CSTS.RDY may take after CC.EN is set (with media ready).
+    regfield!(crwmt, with_crwmt, u32, u16, 0, 16);
+    // CRIMT: the same when CC.CRIME is set (ready before the media is).
+    regfield!(crimt, with_crimt, u32, u16, 16, 16);
 }
 
 /// CAP.CSS bits (command sets supported; Linux `NVME_CAP_CSS_*`).
@@ -698,6 +720,14 @@ mod tests {
         assert!(cap.with_nssrs(true).nssrs());
         assert_eq!(cap.with_mpsmin(0x1F).mpsmin(), 0xF); // masked
         assert_eq!(cap.with_ams(3).0 >> 17 & 3, 3);
+        // Linux NVME_CAP_CRMS_CRWMS = 1 << 59, NVME_CAP_CRMS_CRIMS = 1 << 60;
+        // NVME_CRTO_CRWMT = crto & 0xffff, NVME_CRTO_CRIMT = crto >> 16.
+        assert_eq!(Cap(0).with_crms(cap_crms::CRWMS).0, 1 << 59);
+        assert_eq!(Cap(0).with_crms(cap_crms::CRIMS).0, 1 << 60);
+        let crto = Crto(0).with_crwmt(15).with_crimt(0x1234);
+        assert_eq!(crto.0, 0x1234_000F);
+        assert_eq!((crto.crwmt(), crto.crimt()), (15, 0x1234));
+        assert_eq!(reg::size_of(reg::CRTO), Some(4));
         let cc = Cc(0x0046_0001);
         assert!(cc.en());
         assert_eq!((cc.iosqes(), cc.iocqes(), cc.css(), cc.mps()), (6, 4, 0, 0));

@@ -23,6 +23,7 @@ pub mod lid {
     pub const ANA: u8 = 0x0C;
     pub const PERSISTENT_EVENT: u8 = 0x0D;
     pub const FEATURES_SUPPORTED: u8 = 0x12;
+    pub const MI_CMD_EFFECTS: u8 = 0x13;
     pub const DISCOVERY: u8 = 0x70;
     pub const RESERVATION_NOTIFICATION: u8 = 0x80;
     pub const SANITIZE: u8 = 0x81;
@@ -372,7 +373,7 @@ pub mod effects {
     pub const CSE_SINGLE_CMD: u32 = 2 << 16;
     /// UUID selection supported.
     pub const UUID_SEL: u32 = 1 << 19;
-    /// Command scope (bits 31:20).
+    /// Command scope (bits 31:20; the bits are [`crate::wire::supported::scope`]).
     pub const CSP_MASK: u32 = 0xFFF << 20;
 }
 

@@ -25,6 +25,7 @@ pub mod resv;
 pub mod sgl;
 pub mod sqe;
 pub mod status;
+pub mod supported;
 pub mod tcp;
 
 /// Errors from checking or parsing a wire structure.

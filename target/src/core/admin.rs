@@ -10,13 +10,13 @@ use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_enc
 use nvmf_common::wire::ana;
 use nvmf_common::wire::identify::IDENTIFY_LEN;
 use nvmf_common::wire::log::{
-    fw_afi, lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
-    CMD_EFFECTS_LOG_LEN, ERROR_INFO_ENTRY_LEN, FW_SLOT_LOG_LEN, SMART_LOG_LEN,
+    fw_afi, lid, CmdEffectsLog, ErrorInfoEntry, FwSlotLog, CHANGED_NS_LIST_LEN,
+    CMD_EFFECTS_LOG_LEN, ERROR_INFO_ENTRY_LEN, FW_SLOT_LOG_LEN,
 };
 use nvmf_common::wire::sqe::{self, Sqe};
 use nvmf_common::wire::status::{cmd_specific, generic, Status};
 
-use super::{identify, DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
+use super::{identify, logs, DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
 use crate::target::Target;
 
@@ -32,6 +32,9 @@ const ABORT_NOT_ABORTED: u32 = 1;
 const FEAT_CAP_CHANGEABLE: u32 = 1 << 2;
 /// Volatile Write Cache feature, dword 11 bit 0: Volatile Write Cache Enable.
 const WCE: u32 = 1 << 0;
+/// Get Log Page Offset Type: cdw14 bit 23, i.e. bit 7 of SQE byte 58.
+const LOG_OT_BYTE: u16 = sqe::offset::CDW14 + 2;
+const LOG_OT_BIT: u8 = 7;
 
 fn cdw10_invalid() -> Status {
     Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW10, 0)
@@ -183,6 +186,10 @@ fn identify_cmd(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Resu
 /// Serves `[offset, offset+len)` of a generated log page; bytes past its end are zero.
 pub(super) fn serve_log(req: &mut Request, log: &[u8]) -> Result<(), Status> {
     let cmd = req.cmd();
+    if admin::log_ot(&cmd) {
+        // An index offset: no log page here supports one (IOS clear in LID 00h).
+        return Err(Status::generic_dnr(generic::INVALID_FIELD).at(LOG_OT_BYTE, LOG_OT_BIT));
+    }
     let offset = admin::log_offset(&cmd);
     if !offset.is_multiple_of(4) || offset > log.len() as u64 {
         return Err(Status::generic_dnr(generic::INVALID_FIELD).at(sqe::offset::CDW12, 0));
@@ -202,18 +209,18 @@ pub(super) fn serve_log(req: &mut Request, log: &[u8]) -> Result<(), Status> {
     Ok(())
 }
 
-fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Result<(), Status> {
+fn get_log_page(ctrl: &Arc<Controller>, ex: &ExecCtx, req: &mut Request) -> Result<(), Status> {
     let cmd = req.cmd();
     let lid_v = admin::log_lid(&cmd);
     let rae = admin::log_rae(&cmd);
+    if !logs::log_served(ctrl, lid_v) {
+        debug!(lid = lid_v, "unsupported log page");
+        return Err(invalid_log_page());
+    }
     let log = match lid_v {
+        lid::SUPPORTED_LOGS => logs::supported_logs(ctrl),
         lid::ERROR_INFO => error_log(ctrl),
-        lid::SMART => {
-            if cmd.nsid() != 0 && cmd.nsid() != Nsid::BROADCAST.0 {
-                super::find_ns(ctrl, cmd.nsid())?;
-            }
-            smart_log()
-        }
+        lid::SMART => logs::smart_log(ctrl, &ex.target, cmd.nsid())?,
         lid::FW_SLOT => fw_slot_log(),
         lid::CHANGED_NS => {
             let list = ctrl.take_changed_ns(rae);
@@ -222,22 +229,26 @@ fn get_log_page(ctrl: &Arc<Controller>, _ex: &ExecCtx, req: &mut Request) -> Res
             page
         }
         lid::CMD_EFFECTS => cmd_effects_log(),
-        lid::RESERVATION_NOTIFICATION if !ctrl.subsys.is_discovery() => {
-            super::resv::notification_log(ctrl)
-        }
-        lid::ANA if !ctrl.subsys.is_discovery() => {
+        lid::FEATURES_SUPPORTED => logs::features_supported(ctrl),
+        lid::MI_CMD_EFFECTS => logs::mi_cmd_effects(),
+        lid::RESERVATION_NOTIFICATION => super::resv::notification_log(ctrl),
+        lid::ANA => {
             let rgo = admin::log_lsp(&cmd) & ana::LSP_RGO != 0;
             ctrl.ana_log_read(rae);
             ana_log(ctrl, rgo)
         }
+        // Listed in logs::NVM_LOGS but not built here: a bug, never a peer's doing.
         other => {
-            debug!(lid = other, "unsupported log page");
-            return Err(
-                Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE).at(sqe::offset::CDW10, 0)
-            );
+            warn!(lid = other, "log page listed as served has no builder");
+            return Err(invalid_log_page());
         }
     };
     serve_log(req, &log)
+}
+
+/// Invalid Log Page, at LID.
+pub(super) fn invalid_log_page() -> Status {
+    Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE).at(sqe::offset::CDW10, 0)
 }
 
 /// The ANA log page for `ctrl`'s port: group 1 and every group holding a namespace of
@@ -287,16 +298,6 @@ fn error_log(ctrl: &Controller) -> Vec<u8> {
     page
 }
 
-fn smart_log() -> Vec<u8> {
-    let mut page = vec![0u8; SMART_LOG_LEN];
-    let mut s = SmartLog::new_unchecked(&mut page[..]);
-    // 100% spare, 0% used, a nominal 300 K (27 C) temperature: a healthy device.
-    s.set_avail_spare(100);
-    s.set_spare_thresh(10);
-    s.set_temperature(300);
-    page
-}
-
 fn fw_slot_log() -> Vec<u8> {
     let mut page = vec![0u8; FW_SLOT_LOG_LEN];
     let mut f = FwSlotLog::new_unchecked(&mut page[..]);
@@ -305,35 +306,50 @@ fn fw_slot_log() -> Vec<u8> {
     page
 }
 
+/// The Commands Supported and Effects log page, with each command's scope (CSP) as
+/// NVMe 2.0 and LPA bit 5 ask: admin commands that may name a namespace (Get Log Page,
+/// Identify, Get/Set Features) have namespace and controller scope, the others
+/// controller scope (as SPDK reports); I/O commands namespace scope.
 fn cmd_effects_log() -> Vec<u8> {
     use nvmf_common::wire::log::effects;
     use nvmf_common::wire::nvm::opcode as io;
+    use nvmf_common::wire::supported::scope;
     let mut page = vec![0u8; CMD_EFFECTS_LOG_LEN];
     let mut l = CmdEffectsLog::new_unchecked(&mut page[..]);
     for op in [
         opcode::GET_LOG_PAGE,
         opcode::IDENTIFY,
-        opcode::ABORT,
         opcode::SET_FEATURES,
         opcode::GET_FEATURES,
+    ] {
+        l.set_acs(op, effects::CSUPP | scope::NAMESPACE | scope::CONTROLLER);
+    }
+    for op in [
+        opcode::ABORT,
         opcode::ASYNC_EVENT_REQUEST,
         opcode::KEEP_ALIVE,
     ] {
-        l.set_acs(op, effects::CSUPP);
+        l.set_acs(op, effects::CSUPP | scope::CONTROLLER);
     }
     for op in [
         io::READ,
         io::COMPARE,
         io::FLUSH,
+        io::VERIFY,
         io::RESERVATION_REGISTER,
         io::RESERVATION_REPORT,
         io::RESERVATION_ACQUIRE,
         io::RESERVATION_RELEASE,
     ] {
-        l.set_iocs(op, effects::CSUPP);
+        l.set_iocs(op, effects::CSUPP | scope::NAMESPACE);
     }
-    for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MANAGEMENT] {
-        l.set_iocs(op, effects::CSUPP | effects::LBCC);
+    for op in [
+        io::WRITE,
+        io::WRITE_ZEROES,
+        io::DATASET_MANAGEMENT,
+        io::COPY,
+    ] {
+        l.set_iocs(op, effects::CSUPP | effects::LBCC | scope::NAMESPACE);
     }
     page
 }
@@ -406,16 +422,9 @@ pub(super) fn get_features(ctrl: &Arc<Controller>, req: &mut Request) -> Result<
         return super::resv::get_feature(ctrl, req, f, select);
     }
     let feats = ctrl.features();
-    let supported = matches!(
-        f,
-        fid::NUMBER_OF_QUEUES
-            | fid::ASYNC_EVENT_CONFIG
-            | fid::KEEP_ALIVE_TIMER
-            | fid::VOLATILE_WRITE_CACHE
-            | fid::HOST_IDENTIFIER
-    ) && !(ctrl.subsys.is_discovery()
-        && matches!(f, fid::NUMBER_OF_QUEUES | fid::VOLATILE_WRITE_CACHE));
-    if !supported {
+    // The features the Feature Identifiers Supported log lists (the reservation ones
+    // were served above).
+    if !logs::feature_served(f, ctrl.subsys.is_discovery()) {
         debug!(fid = f, "Get Features of an unsupported feature");
         return Err(cdw10_invalid());
     }

@@ -1,4 +1,5 @@
-//! Discovery controllers: Identify Controller, the discovery log page, features for
+//! Discovery controllers: Identify Controller, the discovery log page (and the Supported
+//! Log Pages and Feature Identifiers Supported logs, see `logs`), features for
 //! keep-alive and event configuration, Keep Alive and Asynchronous Event Requests.
 
 use std::sync::Arc;
@@ -14,9 +15,11 @@ use nvmf_common::wire::log::{
     DiscoveryLogEntry, DiscoveryLogHeader, DISC_LOG_ENTRY_LEN, DISC_LOG_HEADER_LEN,
 };
 use nvmf_common::wire::sqe;
-use nvmf_common::wire::status::{cmd_specific, generic, Status};
+use nvmf_common::wire::status::{generic, Status};
 
-use super::{admin as nvm_admin, identify, DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
+use super::{
+    admin as nvm_admin, identify, logs, DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request,
+};
 use crate::controller::Controller;
 use crate::params::PortInfo;
 use crate::target::Target;
@@ -73,14 +76,21 @@ pub(super) fn execute(
         }
         opcode::GET_LOG_PAGE => {
             let cmd = req.cmd();
-            if admin::log_lid(&cmd) != lid::DISCOVERY {
-                Err(Status::cmd_specific_dnr(cmd_specific::INVALID_LOG_PAGE)
-                    .at(sqe::offset::CDW10, 0))
-            } else {
-                let rae = admin::log_rae(&cmd);
-                let log = discovery_log(&ex.target, &ctrl.port, &ctrl.hostnqn);
-                ctrl.discovery_log_read(rae);
-                nvm_admin::serve_log(req, &log)
+            match admin::log_lid(&cmd) {
+                lid::DISCOVERY => {
+                    let rae = admin::log_rae(&cmd);
+                    let log = discovery_log(&ex.target, &ctrl.port, &ctrl.hostnqn);
+                    ctrl.discovery_log_read(rae);
+                    nvm_admin::serve_log(req, &log)
+                }
+                lid::SUPPORTED_LOGS => nvm_admin::serve_log(req, &logs::supported_logs(ctrl)),
+                lid::FEATURES_SUPPORTED => {
+                    nvm_admin::serve_log(req, &logs::features_supported(ctrl))
+                }
+                other => {
+                    debug!(lid = other, "log page not served by a discovery controller");
+                    Err(nvm_admin::invalid_log_page())
+                }
             }
         }
         opcode::SET_FEATURES => nvm_admin::set_features(ctrl, req),

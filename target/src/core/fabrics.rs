@@ -8,9 +8,9 @@ use tracing::{info, warn};
 
 use nvmf_common::types::{Cntlid, Nqn, Qid};
 use nvmf_common::wire::fabrics::{
-    cap_css, connect_data_offset, connect_invalid_param_dw0, connect_offset, fctype, reg, Cap,
-    ConnectCmd, ConnectData, PropertyGetCmd as PropertyGet, PropertySetCmd as PropertySet,
-    CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
+    cap_crms, cap_css, connect_data_offset, connect_invalid_param_dw0, connect_offset, fctype, reg,
+    Cap, ConnectCmd, ConnectData, Crto, PropertyGetCmd as PropertyGet,
+    PropertySetCmd as PropertySet, CONNECT_DATA_LEN, FABRICS_OPCODE, NVME_VS_1_3,
 };
 use nvmf_common::wire::sqe;
 use nvmf_common::wire::status::{cmd_specific, generic, Status};
@@ -19,8 +19,8 @@ use super::{DataDir, ExecCtx, Outcome, Plan, QueueCtx, Request};
 use crate::controller::{Controller, QueueClaimError};
 use crate::subsystem::ControllerModel;
 
-/// CAP.TO in 500 ms units: how long a host waits for CSTS.RDY.
-const CAP_TIMEOUT_UNITS: u64 = 15;
+/// CAP.TO and CRTO.CRWMT in 500 ms units: how long a host waits for CSTS.RDY.
+const CAP_TIMEOUT_UNITS: u16 = 15;
 /// Property attribute size field: 0 = 4 bytes, 1 = 8 bytes.
 const PROP_SIZE_4: u8 = 0;
 const PROP_SIZE_8: u8 = 1;
@@ -286,13 +286,31 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
 }
 
 /// CAP as this target reports it.
+///
+/// CRMS: CRWMS set, so a host that knows NVMe 2.0 reads CRTO (the Linux host does in
+/// `nvme_enable_ctrl` whenever CAP.CRMS.CRWMS is set, whatever VS says); CRIMS clear,
+/// as CC.CRIME is not implemented (a controller is ready at once, media and all), and
+/// because the Linux host takes CRIMS as a sign to use the Command Set Independent
+/// Identify Namespace, which we do not serve. SPDK sets CRWMS alone too (and VS 2.0);
+/// nvmet sets neither. VS stays 1.3: Linux hosts after 6.12 (`nvme_scan_ns`: CRIMS, or
+/// VS 2.0 or later) read a namespace through the Command Set Independent Identify
+/// Namespace (CNS 08h), which we do not serve, and skip a namespace whose CNS 08h
+/// fails; VS 2.0 would also promise what 2.0 makes mandatory. CRMS is reserved in
+/// 1.3, so a 1.3 host ignores it.
 pub(crate) fn cap_value(max_queue_size: u16) -> u64 {
     Cap::default()
         .with_mqes(max_queue_size.saturating_sub(1))
         .with_cqr(true)
         .with_to(CAP_TIMEOUT_UNITS as u8)
         .with_css(cap_css::NVM)
+        .with_crms(cap_crms::CRWMS)
         .0
+}
+
+/// CRTO as this target reports it: CRWMT equal to CAP.TO (as SPDK; the Linux host
+/// warns about a CRWMT below CAP.TO and then keeps CAP.TO), CRIMT 0 (CRIMS is clear).
+pub(crate) fn crto_value() -> u32 {
+    Crto::default().with_crwmt(CAP_TIMEOUT_UNITS).0
 }
 
 fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
@@ -308,7 +326,8 @@ fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
         (reg::VS, PROP_SIZE_4) => u64::from(NVME_VS_1_3),
         (reg::CC, PROP_SIZE_4) => u64::from(ctrl.cc().0),
         (reg::CSTS, PROP_SIZE_4) => u64::from(ctrl.csts().0),
-        (reg::CAP | reg::VS | reg::CC | reg::CSTS, _) => {
+        (reg::CRTO, PROP_SIZE_4) => u64::from(crto_value()),
+        (reg::CAP | reg::VS | reg::CC | reg::CSTS | reg::CRTO, _) => {
             return Err(Status::generic_dnr(generic::INVALID_FIELD).at(PROP_ATTRIB_OFFSET, 0))
         }
         _ => {

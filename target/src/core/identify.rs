@@ -92,7 +92,13 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     id.set_acl(3);
     id.set_aerl((AER_LIMIT - 1) as u8);
     id.set_frmw(FRMW_ONE_SLOT_RO);
-    id.set_lpa(lpa::CMD_EFFECTS | lpa::EXTENDED);
+    // A discovery controller serves neither the SMART nor the Commands Supported and
+    // Effects log (nvmet and SPDK report only extended data there too).
+    id.set_lpa(if discovery {
+        lpa::EXTENDED
+    } else {
+        lpa::SMART_PER_NS | lpa::CMD_EFFECTS | lpa::EXTENDED | lpa::MISC
+    });
     id.set_elpe((ERROR_LOG_ENTRIES - 1) as u8);
     id.set_npss(0);
     id.set_kas(KAS_100MS_UNITS);

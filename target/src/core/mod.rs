@@ -26,6 +26,7 @@ mod discovery;
 mod fabrics;
 mod identify;
 mod io;
+mod logs;
 mod resv;
 
 use std::sync::Arc;

@@ -168,6 +168,16 @@ impl IoCell {
         }
     }
 
+    /// Commands and bytes of class `class` so far (zeros for an unknown class).
+    pub fn totals(&self, class: usize) -> (u64, u64) {
+        self.classes.get(class).map_or((0, 0), |c| {
+            (
+                c.commands.load(Ordering::Relaxed),
+                c.bytes.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     pub fn snapshot(&self) -> CellSnapshot {
         let classes = self
             .classes
@@ -241,6 +251,10 @@ mod tests {
         for st in 0..(ERROR_SLOTS as u16 + 3) {
             c.record(CLASS_OTHER, 0, 0, Some(0x100 + st));
         }
+        assert_eq!(c.totals(CLASS_READ), (1, 4096));
+        // Failed commands count, their bytes do not.
+        assert_eq!(c.totals(CLASS_WRITE), (1, 512));
+        assert_eq!(c.totals(CLASSES), (0, 0));
         let s = c.snapshot();
         assert_eq!(s.classes[CLASS_READ].commands, 1);
         assert_eq!(s.classes[CLASS_READ].bytes, 4096);

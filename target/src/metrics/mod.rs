@@ -128,6 +128,26 @@ impl Registry {
         })
     }
 
+    /// Read and write totals of the namespaces `nsids` of `subsystem` (an NQN), over
+    /// every host, port and poll group: what the SMART / Health log reports. A cell is
+    /// keyed by NSID, so a namespace removed and added again under its NSID goes on
+    /// from the old counts (as nvmet's do when the block device stays the same).
+    pub fn io_totals(&self, subsystem: &str, nsids: &[u32]) -> IoTotals {
+        let mut t = IoTotals::default();
+        for c in self.cells.lock().iter() {
+            if c.key.subsystem != subsystem || !nsids.contains(&c.key.nsid) {
+                continue;
+            }
+            let (rc, rb) = c.totals(cell::CLASS_READ);
+            let (wc, wb) = c.totals(cell::CLASS_WRITE);
+            t.read_commands += u128::from(rc);
+            t.read_bytes += u128::from(rb);
+            t.write_commands += u128::from(wc);
+            t.write_bytes += u128::from(wb);
+        }
+        t
+    }
+
     /// A poll group started: its counters are read by name from now on (until the
     /// group and its handles are gone). Returns the name it is known by: `name`, or
     /// `name-2`... while a live group holds `name` (one RDMA server per device names
@@ -186,6 +206,16 @@ impl Registry {
         all.stuck.sort_by_key(|c| std::cmp::Reverse(c.age_ms));
         all
     }
+}
+
+/// Read and write commands (completed, successfully or not) and the bytes of the
+/// successful ones, summed by [`Registry::io_totals`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoTotals {
+    pub read_commands: u128,
+    pub read_bytes: u128,
+    pub write_commands: u128,
+    pub write_bytes: u128,
 }
 
 /// One poll group's counters.
@@ -296,6 +326,42 @@ pub fn snapshot(target: &Target) -> Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_totals_sum_the_namespaces_asked_for_over_hosts_and_groups() {
+        let r = Registry::default();
+        let key = |nsid: u32, host: &str, group: &str| CellKey {
+            subsystem: "nqn.s".into(),
+            nsid,
+            host: host.into(),
+            portid: 1,
+            group: group.into(),
+        };
+        r.cell(key(1, "h1", "g0"))
+            .record(cell::CLASS_READ, 4096, 1, None);
+        r.cell(key(1, "h2", "g1"))
+            .record(cell::CLASS_WRITE, 8192, 1, None);
+        r.cell(key(2, "h1", "g0"))
+            .record(cell::CLASS_WRITE, 512, 1, None);
+        r.cell(key(1, "h1", "g0"))
+            .record(cell::CLASS_OTHER, 0, 1, None);
+        let mut other = key(1, "h1", "g0");
+        other.subsystem = "nqn.other".into();
+        r.cell(other).record(cell::CLASS_READ, 1 << 20, 1, None);
+        let t = r.io_totals("nqn.s", &[1]);
+        assert_eq!(
+            (
+                t.read_commands,
+                t.read_bytes,
+                t.write_commands,
+                t.write_bytes
+            ),
+            (1, 4096, 1, 8192)
+        );
+        let t = r.io_totals("nqn.s", &[1, 2]);
+        assert_eq!((t.write_commands, t.write_bytes), (2, 8704));
+        assert_eq!(r.io_totals("nqn.s", &[]), IoTotals::default());
+    }
 
     #[test]
     fn groups_with_one_name_get_distinct_names_while_alive() {

@@ -524,6 +524,11 @@ pub mod lpa {
     pub const EXTENDED: u8 = 1 << 2;
     pub const TELEMETRY: u8 = 1 << 3;
     pub const PERSISTENT_EVENT: u8 = 1 << 4;
+    /// Miscellaneous log page support (NVMe 2.0; Linux
+    /// `NVME_CTRL_LPA_LI0_LI5_LI12_LI13`): the Supported Log Pages, Feature Identifiers
+    /// Supported and Effects and NVMe-MI Commands Supported and Effects log pages, and
+    /// a command scope in the Commands Supported and Effects log page.
+    pub const MISC: u8 = 1 << 5;
 }
 
 /// ANA capabilities (ANACAP).
