@@ -375,8 +375,7 @@ cases! {
         case(On::Admin, || with_psdt(identify_with_length(4096), psdt::PRP), 0, INVALID_FIELD);
     write_fused_first =>
         case(On::Io, || fused(write_512_icd(), fuse::FIRST), 512, INVALID_FIELD).unchanged(0, 1);
-    write_fused_second =>
-        case(On::Io, || fused(write_512_icd(), fuse::SECOND), 512, INVALID_FIELD).unchanged(0, 1);
+    // A lone second half (Write, FUSE 10b) is Missing Fused Command: tests/fused.rs.
     write_fused_reserved_3 =>
         case(On::Io, || fused(write_512_icd(), 3), 512, INVALID_FIELD).unchanged(0, 1);
     keep_alive_fused_first =>
@@ -472,8 +471,10 @@ const ADMIN_SUPPORTED: [u8; 8] = [
 ];
 
 /// NVM I/O opcodes this controller implements.
-const IO_SUPPORTED: [u8; 11] = [
+const IO_SUPPORTED: [u8; 13] = [
     nvm_op::FLUSH,
+    nvm_op::VERIFY,
+    nvm_op::COPY,
     nvm_op::WRITE,
     nvm_op::READ,
     nvm_op::COMPARE,
