@@ -17,6 +17,7 @@ mod log_print;
 mod log_tests;
 mod map_cmd;
 mod ns_cmd;
+mod nvm_cmd;
 mod perf_cmd;
 mod query_cmd;
 mod reconnect_args;
@@ -105,6 +106,12 @@ pub enum Command {
     EffectsLog(log_cmd::EffectsLogArgs),
     /// Compare blocks with a file or stdin (like `nvme compare`).
     Compare(ns_cmd::CompareArgs),
+    /// Copy source ranges to a destination inside a namespace (like `nvme copy`).
+    Copy(nvm_cmd::CopyArgs),
+    /// Have the target read blocks back without transferring them (like `nvme verify`).
+    Verify(nvm_cmd::VerifyArgs),
+    /// Fused Compare and Write: replace blocks only if they hold the expected data.
+    CompareWrite(nvm_cmd::CompareWriteArgs),
     /// Print the Namespace Identification Descriptor list (like `nvme ns-descs`).
     NsDescs(ns_cmd::NsDescsArgs),
     /// Write man pages and shell completions into DIR (packaging).
@@ -207,6 +214,9 @@ pub fn main() -> ExitCode {
         Command::EffectsLog(a) => log_cmd::effects_log(a, cli.verbose > 0),
         Command::Compare(a) => ns_cmd::compare(a),
         Command::NsDescs(a) => ns_cmd::ns_descs(a, cli.verbose > 0),
+        Command::Copy(a) => nvm_cmd::copy(a),
+        Command::Verify(a) => nvm_cmd::verify(a),
+        Command::CompareWrite(a) => nvm_cmd::compare_write(a),
         Command::GenDocs { dir } => gen_docs(dir),
         Command::CpuRoundTrip { a, b } => {
             let t = nvmf_common::cpus::cache_line_round_trip(*a, *b, CPU_ROUND_TRIPS);

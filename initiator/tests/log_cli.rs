@@ -140,11 +140,17 @@ fn log_pages_plain_and_json() {
     let s = ok(&node, "effects-log", &[]);
     assert!(s.starts_with("NVM Command Set Log Page\n"), "{s}");
     assert!(
-        s.contains("IOCS5    [Compare                         ] 00000001\n"),
+        s.contains("IOCS5    [Compare                         ] 00100001\n"),
         "{s}"
     );
     assert!(
-        s.contains("ACS6     [Identify                        ] 00000001\n"),
+        s.contains("ACS6     [Identify                        ] 00300001\n"),
+        "{s}"
+    );
+    // Copy changes logical block content (LBCC); scopes: namespace, and for Identify
+    // controller and namespace.
+    assert!(
+        s.contains("IOCS25   [Copy                            ] 00100003\n"),
         "{s}"
     );
     let j = json(&node, "effects-log", &[]);

@@ -156,6 +156,10 @@ impl Backend for FaultBackend {
         self.inner.info()
     }
 
+    fn compare_and_write_unit(&self) -> Option<u64> {
+        self.inner.compare_and_write_unit()
+    }
+
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError> {
         Ok(Box::new(FaultChannel {
             inner: self.inner.open_channel()?,
@@ -267,7 +271,7 @@ impl FaultChannel {
                 }
                 return self.inner.submit(tag, IoOp::Write { offset, buf, fua });
             }
-            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => {
+            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } | IoOp::CompareAndWrite { .. } => {
                 if c.fail_writes.load(Ordering::Acquire) && !c.passes() {
                     self.inject(tag, BackendError::WriteIo(EIO));
                     return Ok(());

@@ -91,6 +91,15 @@ pub enum IoOp {
         offset: u64,
         len: u64,
     },
+    /// Writes `buf` at `offset` only if the bytes there equal `cmp` (same length), as
+    /// one atomic operation of the backing store; a difference is
+    /// [`BackendError::Miscompare`]. Only for backends with a
+    /// [`Backend::compare_and_write_unit`].
+    CompareAndWrite {
+        offset: u64,
+        cmp: DmaSlice,
+        buf: DmaSlice,
+    },
 }
 
 /// A backend failure; [`BackendError::status`] maps it to what the host sees.
@@ -128,6 +137,9 @@ pub enum BackendError {
     /// The backing store denied access (`EACCES`/`EPERM`: missing capabilities).
     #[error("access to the backing store denied: errno {0}")]
     AccessDenied(i32),
+    /// A [`IoOp::CompareAndWrite`] found other data: nothing was written.
+    #[error("compare and write: the data differs")]
+    Miscompare,
 }
 
 impl BackendError {
@@ -153,6 +165,7 @@ impl BackendError {
             BackendError::Fenced => Status::retryable(Sct::PathRelated, path::INTERNAL_PATH_ERROR),
             BackendError::ReadOnly => Status::generic_dnr(generic::NS_WRITE_PROTECTED),
             BackendError::AccessDenied(_) => Status::dnr(Sct::MediaError, media::ACCESS_DENIED),
+            BackendError::Miscompare => Status::media_retryable(media::COMPARE_FAILURE),
         }
     }
 }
@@ -176,6 +189,13 @@ pub trait Backend: Send + Sync {
     /// are measured by path, RAM and null cannot grow). Blocking: for the control plane
     /// (`ctl resize-ns`, SIGHUP), never the data path.
     fn backing_size(&self) -> Option<u64> {
+        None
+    }
+    /// The alignment unit inside which the backing store runs
+    /// [`IoOp::CompareAndWrite`] atomically for every client of it (RBD: an object,
+    /// so gateways of one image are atomic against each other); `None`: the target
+    /// emulates Compare and Write under its own range lock ([`crate::locks`]).
+    fn compare_and_write_unit(&self) -> Option<u64> {
         None
     }
 }
@@ -203,6 +223,9 @@ impl IoOp {
             }
             IoOp::WriteZeroes { offset, len } | IoOp::Deallocate { offset, len } => {
                 Some((*offset, *len))
+            }
+            IoOp::CompareAndWrite { offset, cmp, buf } => {
+                Some((*offset, cmp.len.max(buf.len) as u64))
             }
             IoOp::Flush => None,
         }

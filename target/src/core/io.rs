@@ -259,3 +259,39 @@ pub(super) fn finish(req: &mut Request) {
         }
     }
 }
+
+/// Fused Compare and Write as one backend operation ([`IoOp::CompareAndWrite`], for
+/// a backend with a `compare_and_write_unit`): `first` is the Compare, `write` the
+/// Write's data. A difference completes the Compare with Compare Failure
+/// ([`crate::backend::BackendError::Miscompare`]).
+pub fn compare_and_write(
+    ex: &mut super::ExecCtx,
+    first: &mut Request,
+    write: DmaSlice,
+    tag: u64,
+) -> Outcome {
+    let Some(ns) = first.ns.clone().filter(|n| !n.is_removed()) else {
+        first.fail(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));
+        return Outcome::Done;
+    };
+    let Some(cmp) = first.data.clone() else {
+        first.fail(Status::generic_dnr(generic::DATA_TRANSFER_ERROR));
+        return Outcome::Done;
+    };
+    let offset = nvm::rw_slba(&first.cmd()) << ns.block_size_shift;
+    let op = IoOp::CompareAndWrite {
+        offset,
+        cmp,
+        buf: write,
+    };
+    match ex.submit(&ns, tag, op) {
+        Ok(()) => {
+            first.pending = 1;
+            Outcome::Pending
+        }
+        Err(e) => {
+            first.fail(e.status());
+            Outcome::Done
+        }
+    }
+}

@@ -556,6 +556,8 @@ pub fn write_extent(req: &Request) -> Option<crate::locks::Extent> {
     }
 }
 
+pub use io::compare_and_write;
+
 /// Step 3: runs a parsed command whose data (if host-to-controller) is in `req.data`.
 pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) -> Outcome {
     if let Some(c) = &q.ctrl {

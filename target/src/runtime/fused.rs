@@ -37,8 +37,14 @@ use crate::core;
 pub enum FuseLink {
     #[default]
     None,
-    /// The Compare: its Write's slot once that arrived; `compared` once it matched.
-    First { second: Option<u16>, compared: bool },
+    /// The Compare: its Write's slot once that arrived; `compared` once it matched;
+    /// `atomic` when the backend runs the pair as one operation (the Write is then
+    /// done when the Compare is).
+    First {
+        second: Option<u16>,
+        compared: bool,
+        atomic: bool,
+    },
     /// The Write: its Compare's slot.
     Second { first: u16 },
     /// Its other half failed or never came: it completes with the status it was given
@@ -90,6 +96,7 @@ pub(super) fn link<T: Transport>(q: &mut Queue<T>, si: u16, fu: u8, refused: boo
                         FuseLink::First {
                             second: Some(si),
                             compared: false,
+                            atomic: false,
                         },
                     );
                     set_link(q, si, FuseLink::Second { first: f });
@@ -119,6 +126,7 @@ pub(super) fn link<T: Transport>(q: &mut Queue<T>, si: u16, fu: u8, refused: boo
                 FuseLink::First {
                     second: None,
                     compared: false,
+                    atomic: false,
                 },
             );
         }
@@ -217,13 +225,22 @@ impl<T: Transport> Runtime<T> {
             Some(FuseLink::First {
                 second: Some(second),
                 compared: false,
-            }) => self.fused_compared(t, qi, si, second),
+                atomic,
+            }) => self.fused_compared(t, qi, si, second, atomic),
             _ => self.complete(t, qi, si),
         }
     }
 
-    /// The Compare of a pair finished (slot `first`, its Write in `second`).
-    pub(super) fn fused_compared(&mut self, t: &mut T, qi: u16, first: u16, second: u16) {
+    /// The Compare of a pair finished (slot `first`, its Write in `second`; `atomic`:
+    /// the backend ran both as one operation).
+    pub(super) fn fused_compared(
+        &mut self,
+        t: &mut T,
+        qi: u16,
+        first: u16,
+        second: u16,
+        atomic: bool,
+    ) {
         let now = self.now_ns;
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
@@ -233,10 +250,11 @@ impl<T: Transport> Runtime<T> {
         };
         let matched = f.req.status.is_success();
         let lock = f.lock.take();
-        if matched {
+        if matched && !atomic {
             f.fuse = FuseLink::First {
                 second: Some(second),
                 compared: true,
+                atomic: false,
             };
             watch::enter(f, ReqState::Held, now, &self.stats.states);
             if let Some(s) = q.slots.get_mut(usize::from(second)) {
@@ -250,10 +268,65 @@ impl<T: Transport> Runtime<T> {
         }
         if let Some(s) = q.slots.get_mut(usize::from(second)) {
             s.fuse = FuseLink::None;
-            s.req.fail(aborted_failed());
+            // Written with the Compare (atomic), or aborted with it.
+            if !matched {
+                s.req.fail(aborted_failed());
+            }
         }
         self.complete(t, qi, first);
         self.complete(t, qi, second);
+    }
+
+    /// A pair's range is granted: run its Compare, or, when the backend compares and
+    /// writes atomically for all its clients (an RBD object: other gateways too) and
+    /// the range lies in one such unit, both halves as that one operation.
+    fn start_pair(&mut self, t: &mut T, qi: u16, first: u16) {
+        let now = self.now_ns;
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
+        let tg = super::tag(q.gen, qi, first);
+        let Some(FuseLink::First {
+            second: Some(second),
+            ..
+        }) = q.slots.get(usize::from(first)).map(|s| s.fuse)
+        else {
+            return self.run(t, qi, first);
+        };
+        let data = q
+            .slots
+            .get(usize::from(second))
+            .and_then(|s| s.req.data.clone());
+        let unit = q
+            .slots
+            .get(usize::from(first))
+            .and_then(|f| f.req.namespace())
+            .and_then(|ns| ns.backend.compare_and_write_unit());
+        let extent = q
+            .slots
+            .get(usize::from(first))
+            .and_then(|f| core::io_extent(&f.req));
+        let atomic = match (unit, extent, data) {
+            (Some(u), Some(e), Some(d)) if e.end > e.start && e.start / u == (e.end - 1) / u => d,
+            _ => return self.run(t, qi, first),
+        };
+        // The Write's data is in the backend's hands from now on: its slot counts as
+        // executing, so a queue torn down meanwhile keeps its buffer until it is done.
+        if let Some(s) = q.slots.get_mut(usize::from(second)) {
+            watch::enter(s, ReqState::Executing, now, &self.stats.states);
+        }
+        let Some(f) = q.slots.get_mut(usize::from(first)) else {
+            return;
+        };
+        f.fuse = FuseLink::First {
+            second: Some(second),
+            compared: false,
+            atomic: true,
+        };
+        watch::enter(f, ReqState::Executing, now, &self.stats.states);
+        if core::compare_and_write(&mut self.ex, &mut f.req, atomic, tg) != core::Outcome::Pending {
+            self.finished(t, qi, first);
+        }
     }
 
     /// Slot `si`, a fused half, completes: settle its other half. Called from
@@ -352,7 +425,7 @@ impl<T: Transport> Runtime<T> {
             }
             self.fused_pairs.swap_remove(i);
             work += 1;
-            self.run(t, qi, first);
+            self.start_pair(t, qi, first);
         }
         let gen = self.target.locks.gen();
         if gen != self.lock_gen && !self.lock_waiters.is_empty() {

@@ -137,6 +137,7 @@ extern "C" {
         cbdata: *mut c_void,
     ) -> c_int;
     fn rbd_get_size(image: rbd_image_t, size: *mut u64) -> c_int;
+    fn rbd_get_stripe_unit(image: rbd_image_t, stripe_unit: *mut u64) -> c_int;
     fn rbd_flush(image: rbd_image_t) -> c_int;
     fn rbd_aio_create_completion(
         arg: *mut c_void,
@@ -167,6 +168,16 @@ extern "C" {
         op_flags: c_int,
     ) -> c_int;
     fn rbd_aio_flush(image: rbd_image_t, c: rbd_completion_t) -> c_int;
+    fn rbd_aio_compare_and_write(
+        image: rbd_image_t,
+        off: u64,
+        len: usize,
+        cmp_buf: *const c_char,
+        buf: *const c_char,
+        c: rbd_completion_t,
+        mismatch_off: *mut u64,
+        op_flags: c_int,
+    ) -> isize;
     fn rbd_aio_get_return_value(c: rbd_completion_t) -> isize;
     fn rbd_aio_release(c: rbd_completion_t);
 }
@@ -576,6 +587,17 @@ impl Image {
         Ok(size)
     }
 
+    /// The image's stripe unit in bytes: with default striping its object size, the
+    /// unit inside which a compare-and-write is one atomic OSD operation.
+    pub fn stripe_unit(&self) -> Result<u64, CephError> {
+        let mut unit = 0u64;
+        // SAFETY: open image, valid out-pointer.
+        check("rbd_get_stripe_unit", unsafe {
+            rbd_get_stripe_unit(self.image, &mut unit)
+        })?;
+        Ok(unit)
+    }
+
     /// Flushes the client's write-back cache, blocking.
     pub fn flush_blocking(&self) -> Result<(), CephError> {
         // SAFETY: open image; rbd_flush blocks until cached writes are on the OSDs.
@@ -701,17 +723,38 @@ impl Completions {
 /// One librbd operation.
 #[derive(Debug)]
 pub enum Request {
-    Read { offset: u64, buf: DmaSlice },
-    Write { offset: u64, buf: DmaSlice },
-    Discard { offset: u64, len: u64 },
-    WriteZeroes { offset: u64, len: u64 },
+    Read {
+        offset: u64,
+        buf: DmaSlice,
+    },
+    Write {
+        offset: u64,
+        buf: DmaSlice,
+    },
+    Discard {
+        offset: u64,
+        len: u64,
+    },
+    WriteZeroes {
+        offset: u64,
+        len: u64,
+    },
     Flush,
+    /// `rbd_aio_compare_and_write`: `buf` replaces `cmp` atomically (-EILSEQ: differs).
+    CompareAndWrite {
+        offset: u64,
+        cmp: DmaSlice,
+        buf: DmaSlice,
+    },
 }
 
 /// A submitted operation (see the module docs).
 pub struct InFlight {
     completion: rbd_completion_t,
     buf: Option<DmaSlice>,
+    /// A compare-and-write's expected data, and where librbd writes the offset of
+    /// the first difference: both must outlive the operation.
+    cmp: Option<(DmaSlice, Box<u64>)>,
     image: Option<Arc<Image>>,
 }
 
@@ -734,6 +777,12 @@ pub fn submit(
             return Err(libc::EFAULT);
         }
     }
+    if let Request::CompareAndWrite { cmp, buf, .. } = &req {
+        let inside = |b: &DmaSlice| b.buf.ptr_at(b.offset, b.len).is_some();
+        if !inside(cmp) || !inside(buf) || cmp.len != buf.len {
+            return Err(libc::EFAULT);
+        }
+    }
     let arg = Box::into_raw(Box::new(CallbackArg {
         notifier: mailbox.notifier.clone(),
         slot,
@@ -752,6 +801,7 @@ pub fn submit(
     // The data buffers below lie inside registered DmaBuffers (checked above); each is
     // kept alive in the InFlight until `finish`, which only succeeds after librbd's
     // callback, or leaked if never finished.
+    let mut cmp_kept = None;
     let (rc, buf) = match req {
         Request::Read { offset, buf } => {
             // SAFETY: open image, fresh completion; `buf.ptr()..+buf.len` is writable
@@ -783,6 +833,26 @@ pub fn submit(
             let rc = unsafe { rbd_aio_flush(img, c) };
             (rc, None)
         }
+        Request::CompareAndWrite { offset, cmp, buf } => {
+            let mut mismatch = Box::new(0u64);
+            // SAFETY: open image, fresh completion; both buffers are readable memory of
+            // `buf.len` bytes (checked above) and, with the mismatch offset librbd
+            // writes, are kept in the InFlight until the callback ran.
+            let rc = unsafe {
+                rbd_aio_compare_and_write(
+                    img,
+                    offset,
+                    buf.len,
+                    cmp.ptr().cast(),
+                    buf.ptr().cast(),
+                    c,
+                    &mut *mismatch,
+                    0,
+                )
+            };
+            cmp_kept = Some((cmp, mismatch));
+            (c_int::try_from(rc).unwrap_or(-libc::EINVAL), Some(buf))
+        }
     };
     if rc < 0 {
         // librbd refused the operation without starting it, so the callback will not
@@ -796,6 +866,7 @@ pub fn submit(
     Ok(InFlight {
         completion: c,
         buf,
+        cmp: cmp_kept,
         image: Some(image.clone()),
     })
 }
@@ -815,6 +886,7 @@ impl InFlight {
         unsafe { rbd_aio_release(self.completion) };
         self.completion = std::ptr::null_mut();
         self.image = None;
+        self.cmp = None;
         Ok((ret, self.buf.take()))
     }
 }
@@ -828,6 +900,9 @@ impl Drop for InFlight {
         // than free memory it could write (and the completion with them).
         if let Some(b) = self.buf.take() {
             std::mem::forget(b);
+        }
+        if let Some(c) = self.cmp.take() {
+            std::mem::forget(c);
         }
         if let Some(i) = self.image.take() {
             std::mem::forget(i);
