@@ -31,7 +31,10 @@
 //! then `rbd_aio_flush`, before the command completes), Flush → `rbd_aio_flush`,
 //! Write Zeroes → `rbd_aio_write_zeroes`, Deallocate → `rbd_aio_discard`. librbd may
 //! skip discards smaller than an object's discard granularity, so deallocated blocks
-//! are not promised to read back as zeroes (Write Zeroes is what zeroes).
+//! are not promised to read back as zeroes (Write Zeroes is what zeroes). A fused
+//! Compare and Write inside one 512-byte sector → `rbd_aio_compare_and_write` (one OSD
+//! operation, atomic for every gateway of the image; `-EILSEQ` is a miscompare);
+//! larger pairs are emulated by the target under its own range lock.
 //!
 //! # Ownership and ordering
 //!
