@@ -1,4 +1,4 @@
-# Compare, Copy, Verify and fused Compare and Write (issue 28, item 3) against nvmf-target in
+# Compare, Copy, Verify, fused Compare and Write and the NVMe 2.0 logs (issue 28, item 3) against nvmf-target in
 # the guest: a file, a RAM and an RBD namespace (the private Ceph cluster) of one subsystem on
 # an NVMe/TCP and an NVMe/RDMA port (rxe0). The kernel host (nvme connect over TCP) runs
 # nvme-cli's `compare` (a match, a miscompare), `copy` (two source ranges, one overlapping the
@@ -99,6 +99,14 @@ for ns in 1 2 3; do
   expect_fail "ns $ns: verify past the end" "LBA_RANGE|LBA Out of Range|0x80|0x4080" \
     nvme verify "$DEV" --start-block=$((BLOCKS - 1)) --block-count=1
 done
+
+# The logs an NVMe 2.0 host reads (issue 28, item 3): what is listed is served; SMART counts
+# the I/O above (Data Units Written in 1000s of 512-byte units, rounded up).
+expect "supported log pages: SMART" "LID 0x2 .*supports 0x1" nvme supported-log-pages "$CTRL"
+expect "supported log pages: itself and LID 12h" "LID 0x12 .*supports 0x1" nvme supported-log-pages "$CTRL"
+expect "feature 07h (Number of Queues), controller scope" "FID 07 -> Support Effects Log: 00200001" nvme fid-support-effects-log "$CTRL"
+expect "SMART: data units written counted" "[Dd]ata [Uu]nits [Ww]ritten[^:]*: *[1-9]" nvme smart-log "$CTRL"
+expect "SMART: host write commands counted" "[Hh]ost[ _][Ww]rite[ _][Cc]ommands[^:]*: *[1-9]" nvme smart-log "$CTRL"
 
 # Fused Compare and Write from our host, on namespace 2 (RAM) and 3 (RBD), over both fabrics.
 for fab in "tcp 4420" "rdma 4421"; do
