@@ -3,8 +3,6 @@
 //! the loopback transport and on a file over NVMe/TCP, and every refusal with its
 //! precise status, the destination untouched.
 
-use std::sync::Arc;
-
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::identify::{ocfs, oncs, IdentifyNamespace};
 use nvmf_common::wire::nvm;
@@ -14,10 +12,9 @@ use nvmf_initiator::controller::Controller;
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::transport::tcp::TcpOptions;
 use nvmf_initiator::transport::DataDir;
-use nvmf_target::backend::fault::FaultBackend;
-use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
-use nvmf_target::subsystem::Namespace;
-use nvmf_tests::{config, connect, connect_to, exec, pattern, start, start_tcp, TEST_NQN};
+use nvmf_tests::{
+    config, connect, connect_to, exec, pattern, ram_backend, start, start_tcp, wrap_ns1,
+};
 
 /// The block size of every namespace here (the spec strings' default).
 const BS: usize = 512;
@@ -224,20 +221,7 @@ fn verify_reads_the_range_back_and_reports_what_fails() {
         "{st:?}"
     );
     // A backend that cannot read: Verify fails with its read error, as a read would.
-    let sub = env
-        .target
-        .target
-        .subsystem_by_name(TEST_NQN)
-        .unwrap_or_else(|| panic!("subsystem"));
-    let inner = open_backend(
-        &NamespaceSpec::Ram { size: 64 << 20 },
-        &OpenOptions::default(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let (b, ctl) = FaultBackend::wrap(inner);
-    sub.remove_namespace(Nsid(1));
-    sub.add_namespace(Namespace::new(Nsid(1), b as Arc<_>, [1; 16], [2; 16]))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ctl = wrap_ns1(&env.target.target, ram_backend(64 << 20));
     ctl.fail_reads(true);
     let mut io = NsIo::new(&ctrl, &mut queues[0], Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
     let st = status_of(io.verify(0, 8), "verify on a failing backend");

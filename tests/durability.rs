@@ -23,13 +23,10 @@ use nvmf_common::wire::tcp::term_fes;
 use nvmf_initiator::command;
 use nvmf_initiator::transport::tcp::TcpOptions;
 use nvmf_initiator::transport::DataDir;
-use nvmf_target::backend::fault::{FaultBackend, FaultControl};
 use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
 use nvmf_target::backend::Backend;
-use nvmf_target::subsystem::Namespace;
-use nvmf_target::target::Target;
 use nvmf_tests::raw_tcp::{pair, status_of, with_cid, with_sgl, Rx};
-use nvmf_tests::{config, connect, exec, start, start_tcp, TEST_NQN};
+use nvmf_tests::{config, connect, exec, start, start_tcp, wrap_ns1, TEST_NQN};
 
 /// A scratch file of `size` bytes, removed on drop.
 struct TempFile(std::path::PathBuf);
@@ -54,19 +51,6 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-/// Replaces namespace 1 of the test subsystem with `inner` behind a fault wrapper.
-fn wrap_ns1(target: &Target, inner: Arc<dyn Backend>) -> Arc<FaultControl> {
-    let sub = target
-        .subsystem_by_name(TEST_NQN)
-        .unwrap_or_else(|| panic!("no test subsystem"));
-    let (b, ctl) = FaultBackend::wrap(inner);
-    let ns = Namespace::new(Nsid(1), b, [0x42; 16], [0x43; 16]);
-    sub.remove_namespace(Nsid(1));
-    sub.add_namespace(ns)
-        .unwrap_or_else(|e| panic!("add namespace: {e}"));
-    ctl
 }
 
 fn ram(size: u64) -> Arc<dyn Backend> {
@@ -263,7 +247,10 @@ fn flush_after_a_failed_write_does_not_pretend_success() {
 
 // ---- what never reaches the backend ----------------------------------------------
 
-fn tcp_with_fault() -> (nvmf_tests::TcpEnv, Arc<FaultControl>) {
+fn tcp_with_fault() -> (
+    nvmf_tests::TcpEnv,
+    Arc<nvmf_target::backend::fault::FaultControl>,
+) {
     let env = start_tcp(&config(&["ram:16M"]), TcpOptions::default());
     let ctl = wrap_ns1(&env.target, ram(16 << 20));
     (env, ctl)

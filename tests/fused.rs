@@ -17,10 +17,9 @@ use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::Queue;
 use nvmf_initiator::transport::tcp::TcpOptions;
 use nvmf_initiator::transport::{DataDir, IoBuf};
-use nvmf_target::backend::fault::FaultBackend;
-use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
-use nvmf_target::subsystem::Namespace;
-use nvmf_tests::{config, connect, connect_to, pattern, start, start_tcp, TcpEnv, TEST_NQN};
+use nvmf_tests::{
+    config, connect, connect_to, pattern, ram_backend, start, start_tcp, wrap_ns1, TcpEnv,
+};
 
 const BS: usize = 512;
 /// Blocks one pair covers here.
@@ -192,19 +191,7 @@ fn racing_hosts_each_increment_wins_exactly_once() {
 #[test]
 fn a_plain_write_waits_for_the_pair_on_its_range() {
     let env = tcp_groups(2);
-    let sub = env
-        .target
-        .subsystem_by_name(TEST_NQN)
-        .unwrap_or_else(|| panic!("subsystem"));
-    let inner = open_backend(
-        &NamespaceSpec::Ram { size: 16 << 20 },
-        &OpenOptions::default(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let (b, ctl) = FaultBackend::wrap(inner);
-    sub.remove_namespace(Nsid(1));
-    sub.add_namespace(Namespace::new(Nsid(1), b as Arc<_>, [1; 16], [2; 16]))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ctl = wrap_ns1(&env.target, ram_backend(16 << 20));
     let (x, y, z) = (
         pattern(7, 0, NLB * BS),
         pattern(8, 0, NLB * BS),
@@ -378,19 +365,7 @@ fn malformed_pairs_get_spdks_statuses_and_the_queue_goes_on() {
 #[test]
 fn a_queue_torn_down_mid_pair_releases_its_range() {
     let env = tcp_groups(1);
-    let sub = env
-        .target
-        .subsystem_by_name(TEST_NQN)
-        .unwrap_or_else(|| panic!("subsystem"));
-    let inner = open_backend(
-        &NamespaceSpec::Ram { size: 16 << 20 },
-        &OpenOptions::default(),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let (b, ctl) = FaultBackend::wrap(inner);
-    sub.remove_namespace(Nsid(1));
-    sub.add_namespace(Namespace::new(Nsid(1), b as Arc<_>, [1; 16], [2; 16]))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ctl = wrap_ns1(&env.target, ram_backend(16 << 20));
     let data = pattern(6, 0, NLB * BS);
     ctl.stall(true);
     {

@@ -335,3 +335,27 @@ impl LogCapture {
             .unwrap_or_default()
     }
 }
+
+/// Replaces namespace 1 of the test subsystem with `inner` behind a fault-injecting
+/// wrapper (`nvmf_target::backend::fault`); returns its control.
+pub fn wrap_ns1(
+    target: &nvmf_target::target::Target,
+    inner: Arc<dyn nvmf_target::backend::Backend>,
+) -> Arc<nvmf_target::backend::fault::FaultControl> {
+    let sub = target
+        .subsystem_by_name(TEST_NQN)
+        .unwrap_or_else(|| panic!("no test subsystem"));
+    let (b, ctl) = nvmf_target::backend::fault::FaultBackend::wrap(inner);
+    let ns = nvmf_target::subsystem::Namespace::new(Nsid(1), b, [0x42; 16], [0x43; 16]);
+    sub.remove_namespace(Nsid(1));
+    sub.add_namespace(ns)
+        .unwrap_or_else(|e| panic!("add namespace: {e}"));
+    ctl
+}
+
+/// A RAM backend of `size` bytes (to wrap with [`wrap_ns1`]).
+pub fn ram_backend(size: u64) -> Arc<dyn nvmf_target::backend::Backend> {
+    use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
+    open_backend(&NamespaceSpec::Ram { size }, &OpenOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+}

@@ -155,7 +155,8 @@ fn log_pages_plain_and_json() {
     );
     let j = json(&node, "effects-log", &[]);
     assert_eq!(j[0]["command_set_identifier"], 0, "{j}");
-    assert_eq!(j[0]["io_cmd_set"]["IOCS_1 (Write)"], 3, "{j}");
+    // CSUPP | LBCC with namespace scope (bit 20).
+    assert_eq!(j[0]["io_cmd_set"]["IOCS_1 (Write)"], 0x0010_0003, "{j}");
 
     // The raw page is the page.
     let out = run(&node, "smart-log", &["-b"]);

@@ -585,28 +585,18 @@ impl<T: Transport> Runtime<T> {
     /// The command in slot `si` is finished: hand its data and response to the
     /// transport.
     pub fn complete(&mut self, t: &mut T, qi: u16, si: u16) {
-        let Some(q) = queue_at(&mut self.queues, qi) else {
-            return;
-        };
-        if q.dead {
-            return self.settle(t, qi, si);
-        }
-        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
-            return;
-        };
-        if slot.fuse != FuseLink::None || slot.lock.is_some() || q.open_fused != OpenFused::None {
+        let fused = self.queue(qi).is_some_and(|q| {
+            let linked = q
+                .slots
+                .get(usize::from(si))
+                .is_some_and(|s| s.fuse != FuseLink::None || s.lock.is_some());
+            !q.dead && (linked || q.open_fused != OpenFused::None)
+        });
+        if fused {
             // Half of a fused pair: its other half is settled first (rare).
             self.fused_completing(t, qi, si);
-            return self.respond(t, qi, si);
         }
-        watch::enter(
-            slot,
-            ReqState::TransferringControllerToHost,
-            self.now_ns,
-            &self.stats.states,
-        );
-        self.account(qi, si);
-        t.send_response(self, qi, si);
+        self.respond(t, qi, si)
     }
 
     /// Hands slot `si`'s data and response to the transport.
