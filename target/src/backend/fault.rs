@@ -224,6 +224,19 @@ impl IoChannel for FaultChannel {
     fn event_fd(&self) -> Option<RawFd> {
         self.inner.event_fd()
     }
+
+    fn submit_compare_and_write(
+        &mut self,
+        tag: u64,
+        op: crate::backend::CompareAndWrite,
+    ) -> Result<(), BackendError> {
+        if self.ctl.fail_writes.load(Ordering::Acquire) && !self.ctl.passes() {
+            self.inject(tag, BackendError::WriteIo(EIO));
+            return Ok(());
+        }
+        self.ctl.writes_done.fetch_add(1, Ordering::AcqRel);
+        self.inner.submit_compare_and_write(tag, op)
+    }
 }
 
 impl FaultChannel {
@@ -271,7 +284,7 @@ impl FaultChannel {
                 }
                 return self.inner.submit(tag, IoOp::Write { offset, buf, fua });
             }
-            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } | IoOp::CompareAndWrite { .. } => {
+            IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => {
                 if c.fail_writes.load(Ordering::Acquire) && !c.passes() {
                     self.inject(tag, BackendError::WriteIo(EIO));
                     return Ok(());

@@ -822,8 +822,6 @@ impl IoChannel for FileChannel {
     fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
         op.check_range(self.shared.size_bytes)?;
         let op = match op {
-            // Emulated by the target under its range lock (no compare_and_write_unit).
-            IoOp::CompareAndWrite { .. } => return Err(BackendError::Unsupported),
             IoOp::Read { buf, .. } | IoOp::Write { buf, .. } if buf.len == 0 => Op::Nop(Ok(())),
             IoOp::Read { offset, buf } => {
                 buf.buf

@@ -91,15 +91,16 @@ pub enum IoOp {
         offset: u64,
         len: u64,
     },
-    /// Writes `buf` at `offset` only if the bytes there equal `cmp` (same length), as
-    /// one atomic operation of the backing store; a difference is
-    /// [`BackendError::Miscompare`]. Only for backends with a
-    /// [`Backend::compare_and_write_unit`].
-    CompareAndWrite {
-        offset: u64,
-        cmp: DmaSlice,
-        buf: DmaSlice,
-    },
+}
+
+/// [`IoChannel::submit_compare_and_write`]: write `buf` at `offset` only if the bytes
+/// there equal `cmp` (same length), as one atomic operation of the backing store. Not
+/// an [`IoOp`], so the operations of every command stay as small as they were.
+#[derive(Debug, Clone)]
+pub struct CompareAndWrite {
+    pub offset: u64,
+    pub cmp: DmaSlice,
+    pub buf: DmaSlice,
 }
 
 /// A backend failure; [`BackendError::status`] maps it to what the host sees.
@@ -137,7 +138,7 @@ pub enum BackendError {
     /// The backing store denied access (`EACCES`/`EPERM`: missing capabilities).
     #[error("access to the backing store denied: errno {0}")]
     AccessDenied(i32),
-    /// A [`IoOp::CompareAndWrite`] found other data: nothing was written.
+    /// A [`CompareAndWrite`] found other data: nothing was written.
     #[error("compare and write: the data differs")]
     Miscompare,
 }
@@ -191,8 +192,8 @@ pub trait Backend: Send + Sync {
     fn backing_size(&self) -> Option<u64> {
         None
     }
-    /// The alignment unit inside which the backing store runs
-    /// [`IoOp::CompareAndWrite`] atomically for every client of it (RBD: an object,
+    /// The alignment unit inside which the backing store runs a
+    /// [`CompareAndWrite`] atomically for every client of it (RBD: an object,
     /// so gateways of one image are atomic against each other); `None`: the target
     /// emulates Compare and Write under its own range lock ([`crate::locks`]).
     fn compare_and_write_unit(&self) -> Option<u64> {
@@ -212,6 +213,16 @@ pub trait IoChannel: Send {
     fn in_flight(&self) -> usize;
     /// Readable when completions are ready, for blocking waits (None: completes inline).
     fn event_fd(&self) -> Option<RawFd>;
+    /// Queues a [`CompareAndWrite`]; a difference completes with
+    /// [`BackendError::Miscompare`]. Only backends with a
+    /// [`Backend::compare_and_write_unit`] take it.
+    fn submit_compare_and_write(
+        &mut self,
+        _tag: u64,
+        _op: CompareAndWrite,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported)
+    }
 }
 
 impl IoOp {
@@ -223,9 +234,6 @@ impl IoOp {
             }
             IoOp::WriteZeroes { offset, len } | IoOp::Deallocate { offset, len } => {
                 Some((*offset, *len))
-            }
-            IoOp::CompareAndWrite { offset, cmp, buf } => {
-                Some((*offset, cmp.len.max(buf.len) as u64))
             }
             IoOp::Flush => None,
         }

@@ -236,8 +236,6 @@ impl InlineExec for RamExec {
             IoOp::WriteZeroes { offset, len } | IoOp::Deallocate { offset, len } => {
                 self.region.zero(*offset, *len)
             }
-            // Emulated by the target under its range lock (no compare_and_write_unit).
-            IoOp::CompareAndWrite { .. } => Err(BackendError::Unsupported),
         }
     }
 }

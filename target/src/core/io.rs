@@ -246,6 +246,7 @@ fn dsm(ex: &mut ExecCtx, req: &mut Request, ns: &Arc<Namespace>, tag: u64) -> Re
 
 /// Completes what needs the data after the backend finished (Compare); drops the
 /// scratch data of Verify and Copy.
+#[inline]
 pub(super) fn finish(req: &mut Request) {
     if let Some(scratch) = req.scratch.take() {
         if req.status.is_success() && req.opcode() == opcode::COMPARE {
@@ -260,7 +261,7 @@ pub(super) fn finish(req: &mut Request) {
     }
 }
 
-/// Fused Compare and Write as one backend operation ([`IoOp::CompareAndWrite`], for
+/// Fused Compare and Write as one backend operation ([`crate::backend::CompareAndWrite`], for
 /// a backend with a `compare_and_write_unit`): `first` is the Compare, `write` the
 /// Write's data. A difference completes the Compare with Compare Failure
 /// ([`crate::backend::BackendError::Miscompare`]).
@@ -279,12 +280,12 @@ pub fn compare_and_write(
         return Outcome::Done;
     };
     let offset = nvm::rw_slba(&first.cmd()) << ns.block_size_shift;
-    let op = IoOp::CompareAndWrite {
+    let op = crate::backend::CompareAndWrite {
         offset,
         cmp,
         buf: write,
     };
-    match ex.submit(&ns, tag, op) {
+    match ex.submit_compare_and_write(&ns, tag, op) {
         Ok(()) => {
             first.pending = 1;
             Outcome::Pending

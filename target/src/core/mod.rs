@@ -389,15 +389,38 @@ impl ExecCtx {
         self.channels.len()
     }
 
-    fn submit(&mut self, ns: &Namespace, tag: u64, op: IoOp) -> Result<(), BackendError> {
-        let ch = match self.channels.entry(ns.instance) {
+    /// This thread's channel to `ns`, opened on first use (on every I/O: inline).
+    #[inline(always)]
+    fn channel(&mut self, ns: &Namespace) -> Result<&mut Box<dyn IoChannel>, BackendError> {
+        Ok(match self.channels.entry(ns.instance) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => v.insert(ns.backend.open_channel()?),
-        };
-        ch.submit(tag, op)?;
+        })
+    }
+
+    /// `ns`'s channel has operations for the next [`ExecCtx::flush`].
+    #[inline(always)]
+    fn mark_dirty(&mut self, ns: &Namespace) {
         if !self.dirty.contains(&ns.instance) {
             self.dirty.push(ns.instance);
         }
+    }
+
+    fn submit(&mut self, ns: &Namespace, tag: u64, op: IoOp) -> Result<(), BackendError> {
+        self.channel(ns)?.submit(tag, op)?;
+        self.mark_dirty(ns);
+        Ok(())
+    }
+
+    /// [`IoChannel::submit_compare_and_write`] on `ns`'s channel of this thread.
+    fn submit_compare_and_write(
+        &mut self,
+        ns: &Namespace,
+        tag: u64,
+        op: crate::backend::CompareAndWrite,
+    ) -> Result<(), BackendError> {
+        self.channel(ns)?.submit_compare_and_write(tag, op)?;
+        self.mark_dirty(ns);
         Ok(())
     }
 
@@ -633,6 +656,7 @@ pub fn io_done(
 }
 
 /// Finds namespace `nsid` for an I/O or admin command.
+#[inline]
 pub(crate) fn find_ns(ctrl: &Controller, nsid: u32) -> Result<Arc<Namespace>, Status> {
     if nsid == 0 || nsid == Nsid::BROADCAST.0 {
         return Err(Status::generic_dnr(generic::INVALID_NAMESPACE).at(sqe::offset::NSID, 0));

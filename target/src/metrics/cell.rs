@@ -129,8 +129,9 @@ impl IoCell {
         }
     }
 
-    /// Accounts one finished command. Called only by the owning poll group.
-    #[inline]
+    /// Accounts one finished command. Called only by the owning poll group, once per
+    /// command: kept inline.
+    #[inline(always)]
     pub fn record(&self, class: usize, bytes: u64, latency_ns: u64, error: Option<u16>) {
         let Some(c) = self.classes.get(class) else {
             return;

@@ -160,6 +160,20 @@ fn orphan<T: Transport>(q: &mut Queue<T>, si: u16, status: Status) -> Option<u16
     (s.state == ReqState::Held).then_some(si)
 }
 
+/// Whether `l` is the Compare of a linked pair not yet compared: its completion goes on
+/// to the pair's next step ([`Runtime::finished`]).
+#[inline]
+pub(super) fn is_pair_compare(l: FuseLink) -> bool {
+    matches!(
+        l,
+        FuseLink::First {
+            second: Some(_),
+            compared: false,
+            ..
+        }
+    )
+}
+
 /// The FUSE field of an SQE (flags bits 1:0).
 #[inline]
 pub(super) fn fuse_of(sqe: &[u8; SQE_LEN]) -> u8 {

@@ -503,6 +503,52 @@ impl<T: Transport> Runtime<T> {
     }
 
     pub(super) fn execute(&mut self, t: &mut T, qi: u16, si: u16) {
+        self.run_gated(t, qi, si, true)
+    }
+
+    /// Executes slot `si`'s command now (past the fused and range-lock gates).
+    pub(super) fn run(&mut self, t: &mut T, qi: u16, si: u16) {
+        self.run_gated(t, qi, si, false)
+    }
+
+    /// Runs slot `si`'s command; with `gate`, a fused half or a write while a range is
+    /// locked takes the slow path ([`super::fused`]) first. Its completion goes to a
+    /// pair's next step when it is a pair's Compare.
+    #[inline]
+    fn run_gated(&mut self, t: &mut T, qi: u16, si: u16, gate: bool) {
+        let Some(q) = queue_at(&mut self.queues, qi) else {
+            return;
+        };
+        let tg = tag(q.gen, qi, si);
+        let was_connected = q.ctx.ctrl.is_some();
+        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
+            return;
+        };
+        if gate && (slot.fuse != FuseLink::None || self.target.locks.active()) {
+            return self.gated(t, qi, si);
+        }
+        watch::enter(slot, ReqState::Executing, self.now_ns, &self.stats.states);
+        match core::execute(&mut q.ctx, &mut self.ex, &mut slot.req, tg) {
+            Outcome::Done => {
+                let connected_now = !was_connected && q.ctx.ctrl.is_some();
+                if fused::is_pair_compare(slot.fuse) {
+                    self.finished(t, qi, si);
+                } else {
+                    self.complete(t, qi, si);
+                }
+                if connected_now {
+                    self.install_queue(t, qi);
+                }
+            }
+            Outcome::Pending => {}
+            Outcome::Held => watch::enter(slot, ReqState::Held, self.now_ns, &self.stats.states),
+        }
+    }
+
+    /// The slow path of [`Runtime::execute`]: a fused half waits for its other half; a
+    /// write overlapping a locked range is held.
+    #[cold]
+    fn gated(&mut self, t: &mut T, qi: u16, si: u16) {
         let fused = self
             .queue(qi)
             .and_then(|q| q.slots.get(usize::from(si)))
@@ -514,30 +560,6 @@ impl<T: Transport> Runtime<T> {
             return;
         }
         self.run(t, qi, si)
-    }
-
-    /// Executes slot `si`'s command now (past the fused and range-lock gates).
-    pub(super) fn run(&mut self, t: &mut T, qi: u16, si: u16) {
-        let Some(q) = queue_at(&mut self.queues, qi) else {
-            return;
-        };
-        let tg = tag(q.gen, qi, si);
-        let was_connected = q.ctx.ctrl.is_some();
-        let Some(slot) = q.slots.get_mut(usize::from(si)) else {
-            return;
-        };
-        watch::enter(slot, ReqState::Executing, self.now_ns, &self.stats.states);
-        match core::execute(&mut q.ctx, &mut self.ex, &mut slot.req, tg) {
-            Outcome::Done => {
-                let connected_now = !was_connected && q.ctx.ctrl.is_some();
-                self.finished(t, qi, si);
-                if connected_now {
-                    self.install_queue(t, qi);
-                }
-            }
-            Outcome::Pending => {}
-            Outcome::Held => watch::enter(slot, ReqState::Held, self.now_ns, &self.stats.states),
-        }
     }
 
     /// Once the Connect succeeded: one slot per submission queue entry, then the
@@ -577,38 +599,35 @@ impl<T: Transport> Runtime<T> {
         }
         if dead {
             self.settle(t, qi, si);
-        } else {
+        } else if fused::is_pair_compare(slot.fuse) {
             self.finished(t, qi, si);
+        } else {
+            self.complete(t, qi, si);
         }
     }
 
     /// The command in slot `si` is finished: hand its data and response to the
     /// transport.
     pub fn complete(&mut self, t: &mut T, qi: u16, si: u16) {
-        let fused = self.queue(qi).is_some_and(|q| {
-            let linked = q
-                .slots
-                .get(usize::from(si))
-                .is_some_and(|s| s.fuse != FuseLink::None || s.lock.is_some());
-            !q.dead && (linked || q.open_fused != OpenFused::None)
-        });
-        if fused {
-            // Half of a fused pair: its other half is settled first (rare).
-            self.fused_completing(t, qi, si);
-        }
-        self.respond(t, qi, si)
-    }
-
-    /// Hands slot `si`'s data and response to the transport.
-    fn respond(&mut self, t: &mut T, qi: u16, si: u16) {
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;
         };
         if q.dead {
             return self.settle(t, qi, si);
         }
+        let open = q.open_fused != OpenFused::None;
         let Some(slot) = q.slots.get_mut(usize::from(si)) else {
             return;
+        };
+        let slot = if open || slot.fuse != FuseLink::None || slot.lock.is_some() {
+            // Half of a fused pair: its other half is settled first (rare).
+            self.fused_completing(t, qi, si);
+            match queue_at(&mut self.queues, qi).and_then(|q| q.slots.get_mut(usize::from(si))) {
+                Some(s) => s,
+                None => return,
+            }
+        } else {
+            slot
         };
         watch::enter(
             slot,
@@ -622,6 +641,9 @@ impl<T: Transport> Runtime<T> {
 
     /// Counts a command of a connected queue in its metrics cell: class, bytes,
     /// latency and error status. One clock read and a few owned stores.
+    // Once per command, from `complete` only: kept inline as it was before fused
+    // commands made `complete` larger.
+    #[inline(always)]
     fn account(&mut self, qi: u16, si: u16) {
         let target = &self.target;
         let group = &self.name;

@@ -473,11 +473,6 @@ impl IoChannel for RbdChannel {
             IoOp::Deallocate { offset, len } => {
                 (Kind::Discard, 0, ffi::Request::Discard { offset, len })
             }
-            IoOp::CompareAndWrite { offset, cmp, buf } => (
-                Kind::CompareAndWrite,
-                0,
-                ffi::Request::CompareAndWrite { offset, cmp, buf },
-            ),
         };
         let slot = self.alloc_slot();
         self.issue(slot, tag, kind, len, req);
@@ -510,6 +505,25 @@ impl IoChannel for RbdChannel {
 
     fn event_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.mailbox.event_fd())
+    }
+
+    fn submit_compare_and_write(
+        &mut self,
+        tag: u64,
+        op: crate::backend::CompareAndWrite,
+    ) -> Result<(), BackendError> {
+        let crate::backend::CompareAndWrite { offset, cmp, buf } = op;
+        let len = cmp.len.max(buf.len) as u64;
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.size_bytes)
+        {
+            return Err(BackendError::OutOfRange);
+        }
+        let slot = self.alloc_slot();
+        let req = ffi::Request::CompareAndWrite { offset, cmp, buf };
+        self.issue(slot, tag, Kind::CompareAndWrite, 0, req);
+        Ok(())
     }
 }
 
