@@ -134,3 +134,43 @@ fn tcp_new_transfer_sizes_after_the_arena_was_used_by_another() {
     drop(qs);
     ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
 }
+
+/// The Linux host sends a discard's Dataset Management with a whole page of data behind
+/// its one range (seen from mkfs.ext4 in the interop lab): accepted, as nvmet accepts a
+/// longer SGL for Dataset Management (`nvmet_check_data_len_lte`), and the range is
+/// deallocated. A Read with a longer SGL is still refused.
+#[test]
+fn tcp_deallocate_with_a_page_of_data() {
+    use nvmf_common::wire::status::{generic, Sct};
+    use nvmf_initiator::command;
+    use nvmf_initiator::transport::DataDir;
+    let env = start_tcp(&config(&["ram:16M"]), TcpOptions::default());
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 1, 32);
+    let mut q = ctrl.take_io_queues().remove(0);
+    let data = pattern(21, 64, 8 * 512);
+    {
+        let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+        io.write(64, &data).unwrap_or_else(|e| panic!("write: {e}"));
+    }
+    let page = ctrl.alloc(4096).unwrap_or_else(|e| panic!("alloc: {e}"));
+    assert!(page.write_at(0, &command::dsm_range_data(&[(64, 8)])));
+    let sqe = command::deallocate(Nsid(1), 1).unwrap_or_else(|e| panic!("{e}"));
+    let c = nvmf_tests::exec(&mut q, sqe, Some(&page), DataDir::ToCtrl);
+    assert!(c.status.is_success(), "{:?}", c.status);
+    let mut io = NsIo::new(&ctrl, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut back = vec![0xFFu8; data.len()];
+    io.read(64, &mut back)
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "the range was not deallocated"
+    );
+    drop(io);
+    let rd = command::read(Nsid(1), 64, 1, false).unwrap_or_else(|e| panic!("{e}"));
+    let c = nvmf_tests::exec(&mut q, rd, Some(&page), DataDir::FromCtrl);
+    assert!(
+        c.status.is(Sct::Generic, generic::DATA_SGL_LENGTH_INVALID) && c.status.dnr,
+        "{:?}",
+        c.status
+    );
+}

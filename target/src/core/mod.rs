@@ -475,7 +475,13 @@ impl ExecCtx {
 /// Step 1: validates `req.sqe` on queue `q`, given the data length the transport's SGL
 /// describes. On success `req.plan` is set.
 pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> Result<(), Status> {
-    let plan = parse_inner(q, target, req)?;
+    let mut plan = parse_inner(q, target, req)?;
+    if plan.len < sgl_len && longer_sgl_allowed(q, req) && sgl_len <= target.params.max_io_size {
+        // nvmet_check_data_len_lte: Dataset Management may carry more than its ranges
+        // (the Linux host sends a whole page for a discard); SPDK reads only the ranges
+        // too. The whole SGL is moved; the ranges are read from its start.
+        plan.len = sgl_len;
+    }
     if plan.len > target.params.max_io_size {
         // Larger than MDTS (e.g. a Get Log Page with a huge NUMD): no buffer could hold it.
         tracing::debug!(qid = %q.qid, cid = req.cid(), len = plan.len, "transfer larger than MDTS");
@@ -531,6 +537,12 @@ fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan,
     } else {
         io::parse(ctrl, req)
     }
+}
+
+/// Whether the command's SGL may describe more data than the command uses: Dataset
+/// Management on an I/O queue (the one command nvmet checks with `_lte`).
+fn longer_sgl_allowed(q: &QueueCtx, req: &Request) -> bool {
+    !q.qid.is_admin() && req.opcode() == nvmf_common::wire::nvm::opcode::DATASET_MANAGEMENT
 }
 
 /// Whether `cmd` may be half of a fused operation: Compare (first) and Write (second)

@@ -24,7 +24,8 @@
 //! Any other write ([`crate::core::write_extent`]) that overlaps a locked range waits
 //! in the group, held, and is tried again when the lock table changes.
 
-use nvmf_common::wire::sqe::{fuse, SQE_LEN};
+use nvmf_common::wire::nvm;
+use nvmf_common::wire::sqe::fuse;
 use nvmf_common::wire::status::{generic, Status};
 
 use super::request::{queue_at, Queue, ReqState};
@@ -145,7 +146,7 @@ fn same_range<T: Transport>(q: &Queue<T>, a: u16, b: u16) -> bool {
     let key = |si: u16| {
         q.slots.get(usize::from(si)).map(|s| {
             let c = s.req.cmd();
-            (c.nsid(), c.cdw10(), c.cdw11(), c.cdw12() & 0xFFFF)
+            (c.nsid(), nvm::rw_slba(&c), nvm::rw_nlb(&c))
         })
     };
     key(a).is_some() && key(a) == key(b)
@@ -172,12 +173,6 @@ pub(super) fn is_pair_compare(l: FuseLink) -> bool {
             ..
         }
     )
-}
-
-/// The FUSE field of an SQE (flags bits 1:0).
-#[inline]
-pub(super) fn fuse_of(sqe: &[u8; SQE_LEN]) -> u8 {
-    sqe[1] & 0x03
 }
 
 impl<T: Transport> Runtime<T> {

@@ -308,7 +308,7 @@ impl<T: Transport> Runtime<T> {
         q.ctx.advance_sq_head();
         let parsed = sgl::decode(sqe_bytes, icd.len(), T::SGL)
             .and_then(|host| core::parse(&q.ctx, target, &mut slot.req, host.len()).map(|()| host));
-        let fu = fused::fuse_of(sqe_bytes);
+        let fu = sqe::Sqe::new_unchecked(sqe_bytes).fuse();
         if fu != 0 || q.open_fused != OpenFused::None {
             // A fused half, or the command after an open first half (rare).
             let linked = fused::link(q, si, fu, parsed.is_err());
