@@ -127,15 +127,27 @@ pub fn pattern(seed: u64, lba: u64, len: usize) -> Vec<u8> {
 /// reads every extent back at the same depth and compares.
 pub fn write_read_verify(ctrl: &mut Controller, bs: usize, qd: usize, count: usize) {
     let mut queues = ctrl.take_io_queues();
-    let q = &mut queues[0];
+    write_read_verify_on(ctrl, &mut queues[0], 0, bs, qd, count);
+    drop(queues);
+}
+
+/// [`write_read_verify`] on queue `q` of `ctrl`, the extents from block `base` on.
+pub fn write_read_verify_on(
+    ctrl: &Controller,
+    q: &mut Queue,
+    base: u64,
+    bs: usize,
+    qd: usize,
+    count: usize,
+) {
     let mut io = NsIo::new(ctrl, q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
     let block = io.info().block_size as usize;
     let nblocks = (bs / block) as u32;
     let bufs: Vec<_> = (0..qd)
         .map(|_| ctrl.alloc(bs).unwrap_or_else(|e| panic!("alloc: {e}")))
         .collect();
-    let seed = (bs as u64) << 20 | qd as u64;
-    let lba_of = |i: usize| (i as u64) * u64::from(nblocks);
+    let seed = (bs as u64) << 20 | qd as u64 | base << 40;
+    let lba_of = |i: usize| base + (i as u64) * u64::from(nblocks);
     let mut done: Vec<Completion> = Vec::new();
     // Writes.
     let mut next = 0usize;
@@ -206,7 +218,6 @@ pub fn write_read_verify(ctrl: &mut Controller, bs: usize, qd: usize, count: usi
         }
     }
     drop(io);
-    drop(queues);
 }
 
 /// A target served over NVMe/TCP on 127.0.0.1 (an OS-chosen port) and a host fabric to it.

@@ -6,7 +6,10 @@ use nvmf_common::wire::identify::{cntrltype, sgls};
 use nvmf_initiator::discovery::discover;
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::transport::tcp::TcpOptions;
-use nvmf_tests::{config, connect_to, hostnqn, pattern, start_tcp, write_read_verify, TEST_HOSTID};
+use nvmf_tests::{
+    config, connect_to, hostnqn, pattern, start_tcp, write_read_verify, write_read_verify_on,
+    TEST_HOSTID,
+};
 
 fn digests(hdr: bool, data: bool) -> TcpOptions {
     TcpOptions {
@@ -173,4 +176,56 @@ fn tcp_deallocate_with_a_page_of_data() {
         "{:?}",
         c.status
     );
+}
+
+/// With more connections than a poll group reads on every pass, the busiest ones are
+/// read directly and the rest through epoll every few passes (`tcp/hot.rs`): two I/O
+/// queues kept busy at QD 32 must not starve a third one doing single commands, nor
+/// the admin queue; then the busy queues end and a new controller, whose connections
+/// may take their places in the group, is served.
+#[test]
+fn busy_queues_beside_a_quiet_one_and_the_admin_queue() {
+    const BUSY_COMMANDS: usize = 20_000;
+    const QUIET_ROUNDS: u64 = 50;
+    const SPAN: u64 = 1 << 18;
+    let env = start_tcp(&config(&["ram:512M"]), TcpOptions::default());
+    let mut ctrl = connect_to(&env.fabric, &env.nqn, 3, 64);
+    let mut qs = ctrl.take_io_queues();
+    let (busy, quiet) = qs.split_at_mut(2);
+    let ctrl_ref = &ctrl;
+    let quiet_rounds = std::thread::scope(|s| {
+        let workers: Vec<_> = busy
+            .iter_mut()
+            .enumerate()
+            .map(|(i, q)| {
+                let base = (i as u64 + 1) * SPAN;
+                s.spawn(move || write_read_verify_on(ctrl_ref, q, base, 4096, 32, BUSY_COMMANDS))
+            })
+            .collect();
+        let mut io = NsIo::new(ctrl_ref, &mut quiet[0], Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
+        let mut rounds = 0;
+        // Until both busy queues are through (and at least QUIET_ROUNDS times).
+        while rounds < QUIET_ROUNDS || workers.iter().any(|w| !w.is_finished()) {
+            let data = pattern(99, rounds, 512);
+            io.write(rounds % 1024, &data)
+                .unwrap_or_else(|e| panic!("quiet write: {e}"));
+            let mut back = vec![0u8; data.len()];
+            io.read(rounds % 1024, &mut back)
+                .unwrap_or_else(|e| panic!("quiet read: {e}"));
+            assert!(back == data, "quiet queue round {rounds}");
+            ctrl_ref
+                .identify_namespace(Nsid(1))
+                .unwrap_or_else(|e| panic!("identify beside busy queues: {e}"));
+            rounds += 1;
+        }
+        for w in workers {
+            w.join().unwrap_or_else(|_| panic!("a busy queue failed"));
+        }
+        rounds
+    });
+    assert!(quiet_rounds >= QUIET_ROUNDS);
+    drop(qs);
+    ctrl.shutdown().unwrap_or_else(|e| panic!("shutdown: {e}"));
+    let mut next = connect_to(&env.fabric, &env.nqn, 3, 64);
+    write_read_verify(&mut next, 4096, 16, 256);
 }

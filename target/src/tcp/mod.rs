@@ -29,6 +29,7 @@
 
 mod conn;
 mod direct;
+mod hot;
 pub mod poll_group;
 mod secure;
 pub mod tx;

@@ -4,8 +4,9 @@
 //! policy and the request life cycle; this transport owns each connection's socket,
 //! PDU framer ([`conn`](super::conn)) and send queue ([`super::tx`]). While spinning, a
 //! group with at most two connections (an admin and an I/O queue) reads each socket
-//! directly, one non-blocking `read` per socket; with more it asks epoll which have
-//! data, one `epoll_wait(0)` for all of them. A connection whose host does not read
+//! directly, one non-blocking `read` per socket; with more it reads its busiest I/O
+//! connections directly and asks epoll about the rest, one `epoll_wait(0)` for all of
+//! them, every pass or every few passes ([`super::hot`]). A connection whose host does not read
 //! its responses (more than `TX_HIGH_WATER` queued) is not read until it does. All
 //! PDUs produced for a connection in one pass leave with one `writev`.
 //!
@@ -29,6 +30,7 @@ use nvmf_common::transport::tcp::{Connection, ControllerConfig};
 
 use super::conn::{Conn, TcpSlot};
 use super::direct;
+use super::hot::HotSet;
 use super::tx::{self, TxQueue};
 use super::TcpOptions;
 use crate::core::QueueCtx;
@@ -52,8 +54,8 @@ const CLOSE_LINGER: Duration = Duration::from_secs(1);
 /// Pause between passes over lingering sockets at shutdown.
 const CLOSE_POLL: Duration = Duration::from_millis(5);
 /// Up to this many connections, a spinning group reads every socket each pass (one
-/// `read` each); beyond, it asks epoll which ones have data.
-const DIRECT_READ_MAX: usize = 2;
+/// `read` each); beyond, it asks epoll which ones have data (besides its hot set).
+const DIRECT_READ_MAX: usize = super::hot::HOT_MAX;
 /// A connection with more than this queued for the socket is not read until the
 /// host takes some (its commands would only queue more).
 pub(super) const TX_HIGH_WATER: usize = 8 << 20;
@@ -87,6 +89,8 @@ pub struct TcpTransport {
     rxbuf: Vec<u8>,
     /// Passes of `read_all` (for reading admin queues less often).
     spins: u32,
+    /// With many connections: the busy ones read directly.
+    hot: HotSet,
 }
 
 /// Starts poll group `index`.
@@ -109,6 +113,7 @@ pub fn spawn(
         closing: Vec::new(),
         rxbuf: vec![0u8; RX_BUF],
         spins: 0,
+        hot: HotSet::default(),
     };
     runtime::spawn(
         index,
@@ -192,8 +197,7 @@ impl Transport for TcpTransport {
         if self.live <= DIRECT_READ_MAX {
             self.read_all(rt)
         } else {
-            // Many sockets: one epoll_wait finds those with data.
-            rt.wait_events(self, EpollTimeout::ZERO)
+            self.read_many(rt)
         }
     }
 
@@ -211,7 +215,16 @@ impl Transport for TcpTransport {
                 | EpollFlags::EPOLLHUP
                 | EpollFlags::EPOLLERR,
         ) {
-            return self.service_read(rt, ci).max(1);
+            let got = self.service_read(rt, ci);
+            if got > 0 {
+                let io_queue = rt
+                    .queue(ci)
+                    .is_some_and(|q| q.connected && !q.ctx.qid.is_admin());
+                if self.hot.epoll_data(ci, gen, io_queue) {
+                    tracing::trace!(group = self.index, conn = ci, "read directly while busy");
+                }
+            }
+            return got.max(1);
         }
         0
     }
@@ -390,6 +403,33 @@ impl TcpTransport {
             if read {
                 n += self.service_read(rt, ci);
             }
+        }
+        n
+    }
+
+    /// Many connections (spinning): reads the hot ones directly, then asks epoll about
+    /// the others when it is due. Returns how many had data.
+    fn read_many(&mut self, rt: &mut Runtime<Self>) -> usize {
+        let mut n = 0;
+        // From the last entry down: an entry that leaves takes the last one's place.
+        for i in (0..self.hot.len()).rev() {
+            let Some((ci, gen)) = self.hot.get(i) else {
+                continue;
+            };
+            let Some(q) = rt.live_queue(ci, gen) else {
+                self.hot.remove(i);
+                continue;
+            };
+            // A host not reading its responses is not read either (as in read_all).
+            if q.t.tx.queued() > TX_HIGH_WATER {
+                continue;
+            }
+            let got = self.service_read(rt, ci);
+            self.hot.read(i, got > 0);
+            n += got;
+        }
+        if self.hot.epoll_due() {
+            n += rt.wait_events(self, EpollTimeout::ZERO);
         }
         n
     }
