@@ -22,6 +22,7 @@ pub mod discovery;
 pub mod error;
 pub mod hostnqn;
 pub mod ioqueue;
+#[cfg(feature = "loopback")]
 pub mod loopback;
 pub mod map;
 pub mod multipath;

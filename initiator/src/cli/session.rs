@@ -14,6 +14,7 @@ use nvmf_common::verbs::Device;
 use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::error::Error;
 use nvmf_initiator::hostnqn::{HostIdentity, IdentitySource};
+#[cfg(feature = "loopback")]
 use nvmf_initiator::loopback::{start_loopback, LoopbackTarget};
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::transport::rdma::RdmaFabric;
@@ -44,6 +45,26 @@ fn rdma_device(_addr: &str, _timeout: Duration) -> Result<Arc<dyn Device>, CliEr
     ))
 }
 
+/// What keeps an in-process target alive (nothing in a build without it).
+#[cfg(feature = "loopback")]
+type InProcessTarget = LoopbackTarget;
+#[cfg(not(feature = "loopback"))]
+type InProcessTarget = ();
+
+#[cfg(feature = "loopback")]
+fn loopback(conn: &ConnArgs) -> Result<(Arc<dyn Fabric>, InProcessTarget, Nqn), CliError> {
+    Ok(start_loopback(conn.config.as_deref(), &conn.namespace)?)
+}
+
+#[cfg(not(feature = "loopback"))]
+fn loopback(_conn: &ConnArgs) -> Result<(Arc<dyn Fabric>, InProcessTarget, Nqn), CliError> {
+    Err(CliError::Usage(
+        "-t loopback: the in-process target is not built into this binary (cargo feature \
+         `loopback`)"
+            .into(),
+    ))
+}
+
 /// A fabric and what keeps it alive.
 pub(super) struct Session {
     pub(super) fabric: Arc<dyn Fabric>,
@@ -52,7 +73,7 @@ pub(super) struct Session {
     pub(super) timeout: Duration,
     // Declared last: dropped after the fabric, so the in-process target outlives every
     // host-side queue.
-    _loopback: Option<LoopbackTarget>,
+    _loopback: Option<InProcessTarget>,
 }
 
 pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
@@ -83,7 +104,7 @@ pub(super) fn open(conn: &ConnArgs) -> Result<Session, CliError> {
     let timeout = Duration::from_secs(conn.timeout);
     match conn.transport {
         TransportKind::Loopback => {
-            let (fabric, target, nqn) = start_loopback(conn.config.as_deref(), &conn.namespace)?;
+            let (fabric, target, nqn) = loopback(conn)?;
             Ok(Session {
                 fabric,
                 default_nqn: Some(nqn),

@@ -28,7 +28,9 @@ pub mod stream;
 pub mod ublk;
 pub mod worker;
 
+// Run against the in-process target.
 #[cfg(test)]
+#[cfg(feature = "loopback")]
 mod tests;
 
 use std::os::fd::AsFd;
