@@ -8,16 +8,29 @@
 //! - `ioctl`: the real controller, through the NVMe admin ioctl (the module's only
 //!   `unsafe`), run on the control path, never on a poll group;
 //! - `naming`: from `/dev/nvmeX` to the `/dev/ngXnY` nodes of its namespaces;
-//! - `fake`: an in-memory controller for tests, which records what reached it.
+//! - `fake`: an in-memory controller for tests, which records what reached it;
+//! - `identify`: the device's Identify data with the fabric fields ours;
+//! - `policy`: the admin allowed list (emulated, passed, refused);
+//! - `logs`: the supported and effects log pages rewritten to match the list;
+//! - `exec`: one admin command from route to completion.
 //!
-//! Not here yet: what a passthru controller does with the device's answers
-//! (Identify fix-ups, the admin allowed list), I/O commands (io_uring `URING_CMD` on
-//! `/dev/ngXnY`), and the wiring of a subsystem's controllers; a config with
-//! `passthru:` is parsed and validated, and refused at start by name.
+//! Not here yet: I/O commands (io_uring `URING_CMD` on `/dev/ngXnY`) and the wiring
+//! of a subsystem's controllers to [`exec::execute_admin`]; a config with `passthru:`
+//! is parsed and validated, and refused at start by name.
 
 pub mod device;
+pub mod exec;
 pub mod fake;
+pub mod identify;
 pub mod ioctl;
+pub mod logs;
 pub mod naming;
+pub mod policy;
+
+#[cfg(test)]
+mod tests;
 
 pub use device::{DataBuf, DeviceCompletion, DeviceError, NvmeController};
+pub use exec::{execute_admin, AdminCtx, AdminOutcome};
+pub use identify::FabricFields;
+pub use policy::{route_admin, AdminRoute};
