@@ -4,10 +4,11 @@
 //!
 //! Owns the buffers between host and device. A device writes as much as the command
 //! tells it, whatever buffer it was given, so for every command whose size the
-//! target knows (Identify, Get Log Page, the passed features) the device gets a
-//! buffer of exactly that size, and a host buffer of another size is refused before
-//! anything is sent. Commands of the opt-in classes (`allow_admin`) move what the
-//! host's data length says. Blocking: runs on the control path.
+//! target knows (Identify, Get Log Page, the passed features, and the opt-in classes
+//! of `allow_admin` but vendor commands) the device gets a buffer of exactly that
+//! size, and a host buffer of another size is refused before anything is sent.
+//! Vendor commands move what the host's data length says: only the vendor knows
+//! better. Blocking: runs on the control path.
 
 use nvmf_common::config::PassthruConfig;
 use nvmf_common::wire::admin::{self, fid, sel};
@@ -28,6 +29,11 @@ const APST_LEN: usize = 256;
 const TIMESTAMP_LEN: usize = 8;
 const HOST_BEHAVIOR_LEN: usize = 512;
 const PLM_CONFIG_LEN: usize = 512;
+/// Bytes per dword (NUMD counts dwords).
+const DWORD: u64 = 4;
+/// Namespace Management Select (CDW10 3:0): 0h create.
+const NS_MGMT_SEL_MASK: u32 = 0xF;
+const NS_MGMT_SEL_CREATE: u32 = 0;
 /// Get Log Page Offset Type: CDW14 bit 23, i.e. SQE byte 58 bit 7.
 const LOG_OT_BYTE: u16 = sqe::offset::CDW14 + 2;
 const LOG_OT_BIT: u8 = 7;
@@ -153,7 +159,35 @@ fn sized(
                 },
             }
         }
-        _ => Ok(forward(ctx.dev, cmd, data)),
+        _ => match class_data_len(cmd) {
+            None => Ok(forward(ctx.dev, cmd, data)),
+            // A host buffer on a command without data never reaches the device.
+            Some(0) => Ok(forward(ctx.dev, cmd, DataBuf::None)),
+            Some(n) if data.len() as u64 == n => Ok(forward(ctx.dev, cmd, data)),
+            Some(_) => Err(wrong_length()),
+        },
+    }
+}
+
+/// Bytes an opt-in admin command moves, from its own fields (NVMe Base): `Some(0)`
+/// none, `None` unknown (vendor specific).
+fn class_data_len(cmd: &Sqe<[u8; SQE_LEN]>) -> Option<u64> {
+    use nvmf_common::wire::admin::opcode;
+    // NUMD in CDW10 is 0-based dwords (Firmware Image Download, Directives).
+    let numd = || (u64::from(cmd.cdw10()) + 1) * DWORD;
+    match cmd.opcode() {
+        opcode::FW_DOWNLOAD | opcode::DIRECTIVE_SEND | opcode::DIRECTIVE_RECEIVE => Some(numd()),
+        // Security Send / Receive: Transfer Length / Allocation Length in bytes.
+        opcode::SECURITY_SEND | opcode::SECURITY_RECEIVE => Some(u64::from(cmd.cdw11())),
+        // Namespace Management: create (SEL 0h) sends a 4 KiB structure, delete none.
+        opcode::NS_MGMT if cmd.cdw10() & NS_MGMT_SEL_MASK == NS_MGMT_SEL_CREATE => {
+            Some(IDENTIFY_LEN as u64)
+        }
+        // Namespace Attachment sends a controller list of 4 KiB.
+        opcode::NS_ATTACH => Some(IDENTIFY_LEN as u64),
+        op if op >= opcode::VENDOR_START => None,
+        // Format NVM, Sanitize, Firmware Commit, Device Self-test, Namespace delete.
+        _ => Some(0),
     }
 }
 

@@ -392,6 +392,56 @@ fn allowed_classes_pass_unchanged_and_ask_for_a_rescan() {
 }
 
 #[test]
+fn allowed_classes_move_exactly_what_their_fields_say() {
+    let dev = FakeController::new(&[1]);
+    let mut c = cfg();
+    c.allow_admin = PassthruAdminClass::ALL.to_vec();
+    let wrong = |o: AdminOutcome| {
+        let s = completed(o).status;
+        s.is(Sct::Generic, generic::DATA_SGL_LENGTH_INVALID) && s.dnr
+    };
+    // Firmware Image Download of NUMD 1 (8 bytes) with 12 bytes: refused.
+    let mut dl = cmd(opcode::FW_DOWNLOAD);
+    dl.set_cdw10(1);
+    assert!(wrong(run(&dev, &c, &dl, DataBuf::ToDevice(&[0; 12]))));
+    // Security Receive of AL 16 into a 4 KiB buffer: refused.
+    let mut rx = cmd(opcode::SECURITY_RECEIVE);
+    rx.set_cdw11(16);
+    let mut big = vec![0u8; 4096];
+    assert!(wrong(run(&dev, &c, &rx, DataBuf::FromDevice(&mut big))));
+    // Namespace Management create without its 4 KiB structure: refused.
+    let create = cmd(opcode::NS_MGMT);
+    assert!(wrong(run(&dev, &c, &create, DataBuf::ToDevice(&[0; 512]))));
+    assert!(dev.received().is_empty());
+    // Namespace delete (SEL 1h) and Format move nothing, whatever the host sent.
+    let mut delete = cmd(opcode::NS_MGMT);
+    delete.set_cdw10(1);
+    delete.set_nsid(1);
+    assert!(
+        completed(run(&dev, &c, &delete, DataBuf::ToDevice(&[0; 64])))
+            .status
+            .is_success()
+    );
+    let format = cmd(opcode::FORMAT_NVM);
+    assert!(completed(run(&dev, &c, &format, DataBuf::None))
+        .status
+        .is_success());
+    let got = dev.received();
+    assert_eq!(got.len(), 2);
+    assert!(got
+        .iter()
+        .all(|r| r.data_in.is_empty() && r.data_out_len == 0));
+    // Security Receive with a buffer of exactly AL bytes reaches the device.
+    let mut exact = vec![0u8; 16];
+    assert!(
+        completed(run(&dev, &c, &rx, DataBuf::FromDevice(&mut exact)))
+            .status
+            .is_success()
+    );
+    assert_eq!(dev.received()[2].data_out_len, 16);
+}
+
+#[test]
 fn passed_commands_return_status_and_result_unchanged() {
     let dev = FakeController::new(&[1]);
     // A SMART log read the device fails with a media error and a result.
