@@ -12,10 +12,12 @@
 //! - `identify`: the device's Identify data with the fabric fields ours;
 //! - `policy`: the admin allowed list (emulated, passed, refused);
 //! - `logs`: the supported and effects log pages rewritten to match the list;
-//! - `exec`: one admin command from route to completion.
+//! - `exec`: one admin command from route to completion;
+//! - `worker`: the control-path thread that runs a device's admin commands, so a
+//!   poll group hands one over and never waits.
 //!
 //! Not here yet: I/O commands (io_uring `URING_CMD` on `/dev/ngXnY`) and the wiring
-//! of a subsystem's controllers to [`exec::execute_admin`]; a config with `passthru:`
+//! of a subsystem's controllers to [`worker::AdminWorker`]; a config with `passthru:`
 //! is parsed and validated, and refused at start by name.
 
 pub mod device;
@@ -26,6 +28,7 @@ pub mod ioctl;
 pub mod logs;
 pub mod naming;
 pub mod policy;
+pub mod worker;
 
 #[cfg(test)]
 mod tests;
