@@ -63,10 +63,11 @@ pub enum Rejected {
 
 impl Rejected {
     /// The status the host gets for a job not run: both conditions may pass (or
-    /// another path may serve), so neither sets DNR.
+    /// another path may serve), so neither sets DNR. A full queue is Command
+    /// Interrupted, the spec's "retry it" for a resource limit.
     pub fn status(self) -> Status {
         match self {
-            Rejected::Full => Status::generic_retryable(generic::INTERNAL_ERROR),
+            Rejected::Full => Status::generic_retryable(generic::COMMAND_INTERRUPTED),
             Rejected::Stopped => Status::generic_retryable(generic::ABORTED_SQ_DELETION),
         }
     }
@@ -277,7 +278,13 @@ mod tests {
             }
         }
         assert_eq!(refused, Some(Rejected::Full));
-        assert!(!Rejected::Full.status().dnr);
+        let s = Rejected::Full.status();
+        assert!(
+            s.is(
+                nvmf_common::wire::status::Sct::Generic,
+                generic::COMMAND_INTERRUPTED
+            ) && !s.dnr
+        );
         drop(closed);
         // Every accepted job completes, then the worker stops.
         for rx in &accepted {
