@@ -15,6 +15,7 @@ pub mod locks;
 pub mod management;
 pub mod metrics;
 pub mod params;
+pub mod passthru;
 pub mod qos;
 pub mod rdma;
 pub mod resv;

@@ -33,6 +33,7 @@ mod hosts;
 mod locate;
 mod management;
 mod metrics;
+mod passthru;
 mod qos;
 mod rdma;
 mod serde_util;
@@ -42,6 +43,8 @@ mod tls;
 mod validate;
 pub mod visibility;
 
+#[cfg(test)]
+mod passthru_tests;
 #[cfg(test)]
 mod tests;
 
@@ -67,6 +70,7 @@ pub use group::{
 pub use hosts::{read_key_file, HostConfig, KeyText};
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
+pub use passthru::{PassthruAdminClass, PassthruConfig, PASSTHRU_ADMIN_TIMEOUT_MAX_MS};
 pub use qos::{QosConfig, QOS_KEYS, QOS_KINDS, QOS_MAX_BYTES_PER_SEC, QOS_MAX_IOS_PER_SEC};
 pub use rdma::{RdmaConfig, RDMA_DEFAULT_SRQ_DEPTH, RDMA_SRQ_DEPTH_RANGE};
 pub use tcp::TcpConfig;
@@ -391,6 +395,10 @@ pub struct SubsystemConfig {
     pub controller_model: ControllerModel,
     #[serde(default)]
     pub namespaces: Vec<NamespaceConfig>,
+    /// Export a local NVMe controller's namespaces as they are, instead of
+    /// `namespaces` ([`PassthruConfig`]); the two exclude each other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passthru: Option<PassthruConfig>,
 }
 
 impl SubsystemConfig {
@@ -406,6 +414,7 @@ impl SubsystemConfig {
             cntlid_max: Cntlid::MAX,
             controller_model: ControllerModel::Dynamic,
             namespaces: Vec::new(),
+            passthru: None,
         }
     }
 

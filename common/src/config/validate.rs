@@ -6,8 +6,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::error::KeyPath;
 use super::locate::locate_nearest;
 use super::{
-    AdrFam, Config, ConfigError, ConfigErrorKind, NamespaceConfig, PortConfig, ReferralConfig,
-    SubsystemConfig, TrType, Treq, Tsas, MODEL_MAX_LEN, SECRET_CEPH_OPTIONS, SERIAL_MAX_LEN,
+    AdrFam, Config, ConfigError, ConfigErrorKind, NamespaceConfig, PassthruConfig, PortConfig,
+    ReferralConfig, SubsystemConfig, TrType, Treq, Tsas, MODEL_MAX_LEN, SECRET_CEPH_OPTIONS,
+    SERIAL_MAX_LEN,
 };
 use crate::types::{Cntlid, Nqn, Nsid, DISCOVERY_NQN};
 
@@ -84,6 +85,7 @@ pub(super) fn validate(
     let mut nqns: HashMap<&Nqn, usize> = HashMap::new();
     let mut uuids: HashMap<uuid::Uuid, String> = HashMap::new();
     let mut nguids: HashMap<[u8; 16], String> = HashMap::new();
+    let mut passthru_devices: HashMap<std::path::PathBuf, usize> = HashMap::new();
     for (i, sub) in config.subsystems.iter().enumerate() {
         let s = subsystems.index(i);
         if let Some(&first) = nqns.get(&sub.nqn) {
@@ -98,6 +100,20 @@ pub(super) fn validate(
             nqns.insert(&sub.nqn, i);
         }
         check_subsystem(&mut c, config, sub, &s);
+        if let Some(p) = &sub.passthru {
+            // One subsystem per controller, as nvmet keeps one per device: two
+            // would each believe they own its features and namespaces.
+            if let Some(first) = passthru_devices.insert(p.device_path.clone(), i) {
+                passthru_devices.insert(p.device_path.clone(), first);
+                c.err(
+                    &s.key("passthru").key("device_path"),
+                    format!(
+                        "{} is already the passthru device of subsystems[{first}]",
+                        p.device_path.display()
+                    ),
+                );
+            }
+        }
         for (j, ns) in sub.namespaces.iter().enumerate() {
             let n = s.key("namespaces").index(j);
             if let Some(u) = ns.uuid {
@@ -575,6 +591,28 @@ fn check_subsystem(c: &mut Checker<'_>, config: &Config, sub: &SubsystemConfig, 
             nsids.insert(ns.nsid, j);
         }
         check_namespace(c, config, ns, &n);
+    }
+    if let Some(p) = &sub.passthru {
+        check_passthru(c, sub, p, &s.key("passthru"));
+    }
+}
+
+/// A passthru subsystem exports its device's namespaces, so it has none of its own.
+fn check_passthru(c: &mut Checker<'_>, sub: &SubsystemConfig, p: &PassthruConfig, k: &KeyPath) {
+    if !sub.namespaces.is_empty() {
+        c.err(
+            k,
+            format!(
+                "subsystem {} has both passthru and namespaces ({}): a passthru subsystem \
+                 exports the namespaces of {}, so namespaces must be left out",
+                sub.nqn,
+                sub.namespaces.len(),
+                p.device_path.display()
+            ),
+        );
+    }
+    for (key, why) in p.problems() {
+        c.err(&k.key(key), format!("subsystem {}: {why}", sub.nqn));
     }
 }
 
