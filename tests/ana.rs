@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use nvmf_common::config::{AnaState, Config};
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::wire::ana::{decode_log, LSP_RGO};
 use nvmf_common::wire::identify::{anacap, cmic};
@@ -15,6 +14,7 @@ use nvmf_common::wire::status::{path, Sct, Status};
 use nvmf_initiator::command;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::transport::DataDir;
+use nvmf_target::config::{AnaState, Config};
 use nvmf_target::live::ctl::{handle, Request};
 use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{connect_as, free_port, start_live, wait_aer, LiveTarget};

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use nvmf_common::auth::msg::{Challenge, Message, Negotiate, Reply};
 use nvmf_common::auth::{DhGroup, DhchapSecret, FailureReason, HashId, HostAuth, HostKeys};
-use nvmf_common::config::{Config, HostConfig, KeyText};
 use nvmf_common::types::{Cntlid, Nqn, Qid};
 use nvmf_common::wire::fabrics::{authreq, reg};
 use nvmf_common::wire::status::{cmd_specific, generic, Sct};
@@ -18,6 +17,7 @@ use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::error::Error;
 use nvmf_initiator::queue::Queue;
 use nvmf_initiator::transport::{DataDir, Fabric};
+use nvmf_target::config::{Config, HostConfig, KeyText};
 use nvmf_tests::{config, exec, raw_queue, start, start_tcp, write_read_verify, TEST_HOSTID};
 
 fn host(n: &str) -> Nqn {

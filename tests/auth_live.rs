@@ -7,10 +7,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use nvmf_common::auth::{DhchapSecret, HashId, HostKeys};
-use nvmf_common::config::Config;
 use nvmf_common::types::Nqn;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::error::Error;
+use nvmf_target::config::Config;
 use nvmf_target::live::ctl::{handle, Request};
 use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{free_port, host, options_as, start_live, tmp_path};

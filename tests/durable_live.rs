@@ -5,9 +5,9 @@
 //! the file stay as they were. Needs root for the full file system (a small tmpfs),
 //! as CI runs.
 
-use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_initiator::namespace::NsIo;
+use nvmf_target::config::Config;
 use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{connect_as, free_port, start_live, tmp_path};
 use nvmf_tests::pattern;

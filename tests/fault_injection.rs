@@ -12,7 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::{Config, TrType};
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::namespace::NsIo;
@@ -20,6 +19,7 @@ use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
 use nvmf_target::backend::fault::FaultBackend;
 use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
+use nvmf_target::config::{Config, TrType};
 use nvmf_target::subsystem::Namespace;
 use nvmf_tests::proxy::{Faults, Plan, Proxy};
 use nvmf_tests::{config, connect_to, pattern, start_tcp, TcpEnv, TEST_NQN};

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_common::config::{Config, TrType};
 use nvmf_common::types::Nqn;
 use nvmf_common::types::Nsid;
 use nvmf_initiator::controller::{ConnectOptions, Controller};
@@ -12,6 +11,7 @@ use nvmf_initiator::loopback::{start_loopback_config, LoopbackTarget};
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, Fabric, IoBuf, QueueParams};
+use nvmf_target::config::{Config, TrType};
 
 // One file for every crate that starts a test cluster (see its module docs).
 #[path = "../target/tests/support/ceph_cluster.rs"]

@@ -507,7 +507,7 @@ fn malformed_cm_private_data_is_rejected() {
 #[test]
 fn static_controller_model_honours_requested_cntlid() {
     let mut cfg = config(&["ram:16M"]);
-    cfg.subsystems[0].controller_model = nvmf_common::config::ControllerModel::Static;
+    cfg.subsystems[0].controller_model = nvmf_target::config::ControllerModel::Static;
     let env = start(&cfg);
     // A specific controller id is granted when free...
     let mut a = raw_queue(&env, 0, 32);

@@ -164,7 +164,7 @@ fn many_queues_in_parallel() {
 /// checks the group's registered receive memory, so the mode is the one asked for.
 mod srq_on_and_off {
     use super::*;
-    use nvmf_common::config::RDMA_DEFAULT_SRQ_DEPTH;
+    use nvmf_target::config::RDMA_DEFAULT_SRQ_DEPTH;
 
     /// Bytes of one receive buffer: the SQE and 8 KiB of in-capsule data.
     const CAPSULE: u64 = 64 + 8192;

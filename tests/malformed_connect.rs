@@ -15,7 +15,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_common::config::Config;
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
 use nvmf_common::verbs::{Device, QpCaps, QpInit, VerbsError};
 use nvmf_common::wire::fabrics::{
@@ -27,6 +26,7 @@ use nvmf_initiator::command;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::rdma::RdmaFabric;
 use nvmf_initiator::transport::{DataDir, Fabric, QueueParams};
+use nvmf_target::config::Config;
 use nvmf_tests::raw_tcp::CC_ENABLE;
 use nvmf_tests::{assert_serves, config, exec, hostnqn, raw_queue, start, Env, TEST_HOSTID};
 

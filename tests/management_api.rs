@@ -13,8 +13,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nvmf_common::config::Config;
 use nvmf_common::types::Nqn;
+use nvmf_target::config::Config;
 use nvmf_target::management::ManagementServer;
 use nvmf_tests::ops_support::{connect_as, free_port, host, start_live, tmp_path};
 

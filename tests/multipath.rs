@@ -14,12 +14,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_common::config::AnaState;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_initiator::multipath::{IoPolicy, PathSet};
 use nvmf_initiator::perf::{self, parse::Rw, PerfOptions, PerfTarget};
 use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy, Session};
 use nvmf_initiator::requeue::{Requeue, SharedSession};
+use nvmf_target::config::AnaState;
 use nvmf_target::live::ctl::{handle, Request};
 use nvmf_target::live::Op;
 use nvmf_tests::ops_support::{free_port, options_as, start_live, LiveTarget};

@@ -14,13 +14,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::{AnaState, Config};
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_initiator::multipath::{IoPolicy, PathSet, PathState};
 use nvmf_initiator::perf::{self, parse::Rw, PerfOptions};
 use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy};
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
+use nvmf_target::config::{AnaState, Config};
 use nvmf_target::live::ctl::{self, Request};
 use nvmf_target::live::Op;
 use nvmf_tests::ops_support::options_as;

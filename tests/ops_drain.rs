@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
@@ -17,6 +16,7 @@ use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::{DataDir, Fabric};
 use nvmf_target::backend::fault::{FaultBackend, FaultControl};
 use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
+use nvmf_target::config::Config;
 use nvmf_target::rdma::RdmaServer;
 use nvmf_target::runtime::GroupCounters;
 use nvmf_target::subsystem::{Namespace, Subsystem};

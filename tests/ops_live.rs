@@ -310,7 +310,7 @@ fn reload_adds_and_removes_a_port_and_refuses_a_bad_config_whole() {
     let err = t
         .live
         .apply(
-            nvmf_common::config::Config::from_yaml_str(&tuned, "<t>")
+            nvmf_target::config::Config::from_yaml_str(&tuned, "<t>")
                 .unwrap_or_else(|e| panic!("{e}")),
         )
         .err();
@@ -425,7 +425,7 @@ fn subsystems_and_ports_are_added_linked_and_removed_over_the_socket() {
     });
     change(Op::AddPort {
         portid: 2,
-        trtype: nvmf_common::config::TrType::Tcp,
+        trtype: nvmf_target::config::TrType::Tcp,
         traddr: "127.0.0.1".into(),
         trsvcid: port2.to_string(),
     });

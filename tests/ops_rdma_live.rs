@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
@@ -16,6 +15,7 @@ use nvmf_initiator::controller::Controller;
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::transport::rdma::RdmaFabric;
 use nvmf_initiator::transport::Fabric;
+use nvmf_target::config::Config;
 use nvmf_target::live::rdma_hooks::{RdmaPorts, TransportPorts};
 use nvmf_target::live::{FixedPorts, Live};
 use nvmf_target::rdma::RdmaServer;

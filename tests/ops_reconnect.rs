@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::Config;
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::wire::status::{cmd_specific, Sct};
 use nvmf_initiator::reconnect::{connect_with_retry, ReconnectPolicy, RetryPolicy, Session};
+use nvmf_target::config::Config;
 use nvmf_tests::ops_support::{free_port, options_as, start_live, LiveTarget};
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:reconnect";

@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_common::config::{Config, TrType};
 use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::wire::log::{lid, DISC_LOG_ENTRY_LEN, DISC_LOG_HEADER_LEN};
 use nvmf_initiator::controller::{ConnectOptions, Controller};
@@ -13,6 +12,7 @@ use nvmf_initiator::discovery::{parse_discovery_log, read_discovery_log, Discove
 use nvmf_initiator::error::Error;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
+use nvmf_target::config::{Config, TrType};
 use nvmf_target::target::Target;
 use nvmf_target::tcp::TcpServer;
 

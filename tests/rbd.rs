@@ -27,7 +27,6 @@ mod rbd {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use nvmf_common::config::{Config, PollMode};
     use nvmf_common::types::{Nqn, Nsid};
     use nvmf_common::wire::admin::{aer_notice, aer_type};
     use nvmf_common::wire::identify::{vwc, IdentifyController};
@@ -35,6 +34,7 @@ mod rbd {
     use nvmf_initiator::namespace::NsIo;
     use nvmf_initiator::transport::tcp::TcpOptions;
     use nvmf_initiator::transport::Fabric;
+    use nvmf_target::config::{Config, PollMode};
     use nvmf_target::live::ctl::{handle, Request};
     use nvmf_target::live::Op;
     use nvmf_tests::ceph_cluster::CephCluster;

@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::Config;
 use nvmf_common::transport::tcp::HostConfig;
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
 use nvmf_common::wire::sgl::SglDescriptor;
@@ -14,6 +13,7 @@ use nvmf_common::wire::status::{cmd_specific, generic, Sct};
 use nvmf_initiator::command;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::transport::DataDir;
+use nvmf_target::config::Config;
 use nvmf_tests::ops_support::{connect_as, free_port, start_live};
 use nvmf_tests::raw_tcp::{status_of, with_cid, write_sqe, RawTcp, Rx};
 use nvmf_tests::{config, exec, options, raw_queue, start, start_tcp, TEST_HOSTID};
@@ -295,7 +295,7 @@ fn a_thousand_namespaces_and_a_thousand_subsystems_start_and_serve() {
         std::fs::write(&p, vec![0u8; 64 * 1024]).unwrap();
         cfg.subsystems[0]
             .namespaces
-            .push(nvmf_common::config::NamespaceConfig::new(
+            .push(nvmf_target::config::NamespaceConfig::new(
                 Nsid(i),
                 p.display().to_string(),
             ));

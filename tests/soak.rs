@@ -548,7 +548,7 @@ fn odd_churn(t: &nvmf_tests::ops_support::LiveTarget, port: u16, deadline: Insta
         changes += 2;
         round += 1;
         if round.is_multiple_of(3) {
-            let with = nvmf_common::config::Config::from_yaml_str(&odd_yaml(port, true), "<soak>")
+            let with = nvmf_target::config::Config::from_yaml_str(&odd_yaml(port, true), "<soak>")
                 .unwrap_or_else(|e| panic!("{e}"));
             t.live
                 .apply(with)
@@ -570,7 +570,7 @@ fn odd_churn(t: &nvmf_tests::ops_support::LiveTarget, port: u16, deadline: Insta
             drop(q);
             c.shutdown().unwrap_or_else(|e| panic!("{e}"));
             let without =
-                nvmf_common::config::Config::from_yaml_str(&odd_yaml(port, false), "<soak>")
+                nvmf_target::config::Config::from_yaml_str(&odd_yaml(port, false), "<soak>")
                     .unwrap_or_else(|e| panic!("{e}"));
             t.live
                 .apply(without)

@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::{PollMode, TrType};
 use nvmf_common::transport::tcp::{FramerError, HostConfig};
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::fabrics::{cattr, reg};
@@ -22,6 +21,7 @@ use nvmf_common::wire::tcp::{offset, term_fes};
 use nvmf_initiator::command;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions as HostOptions};
 use nvmf_initiator::transport::Fabric;
+use nvmf_target::config::{PollMode, TrType};
 use nvmf_target::target::Target;
 use nvmf_target::tcp::{TcpOptions, TcpServer};
 use nvmf_tests::raw_tcp::{

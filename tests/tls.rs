@@ -10,7 +10,6 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::Config;
 use nvmf_common::tls::ConfiguredPsk;
 use nvmf_common::types::Nqn;
 use nvmf_common::wire::log::{tcp_sectype, treq};
@@ -18,6 +17,7 @@ use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::discovery::discover;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions, TlsKey};
 use nvmf_initiator::transport::Fabric;
+use nvmf_target::config::Config;
 use nvmf_tests::ops_support::{free_port, start_live};
 use nvmf_tests::{
     assert_serves, hostnqn, start_tcp_with, write_read_verify, TcpEnv, TEST_HOSTID, TEST_HOSTNQN,

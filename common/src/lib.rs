@@ -4,13 +4,13 @@
 //! - [`types`]: newtypes for NQN, controller id, queue id, command id, namespace id.
 //! - [`verbs`]: the small RDMA verbs interface and its in-process software provider.
 //! - [`transport`]: sans-IO transport cores (the NVMe/TCP PDU framer).
-//! - [`config`]: the target's YAML configuration and namespace specs.
+//! - [`keyfile`]: key files read with a permission check.
 
 pub mod auth;
 #[cfg(feature = "cli-docs")]
 pub mod cli_docs;
-pub mod config;
 pub mod cpus;
+pub mod keyfile;
 pub mod tls;
 pub mod transport;
 pub mod types;

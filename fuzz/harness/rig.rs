@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use nvmf_common::config::{Config, TrType};
 use nvmf_common::types::{Cntlid, Nqn, Qid};
 use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::fabrics::reg;
@@ -12,6 +11,7 @@ use nvmf_common::wire::status::Status;
 use nvmf_initiator::command;
 use nvmf_target::backend::fault::{FaultBackend, FaultControl};
 use nvmf_target::backend::DmaSlice;
+use nvmf_target::config::{Config, TrType};
 use nvmf_target::core::{self, DataDir, ExecCtx, Outcome, QueueCtx, Request};
 use nvmf_target::params::PortInfo;
 use nvmf_target::subsystem::Namespace;

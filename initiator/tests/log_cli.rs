@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
-use nvmf_common::config::Config;
+use nvmf_target::config::Config;
 use nvmf_target::target::Target;
 use nvmf_target::tcp::TcpServer;
 

@@ -12,7 +12,7 @@ use nix::sched::{sched_getaffinity, CpuSet};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use nvmf_common::config::{Config, TrType};
+use nvmf_target::config::{Config, TrType};
 
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000e2";
 const HOSTID: &str = "00000000-0000-4000-8000-0000000000e2";

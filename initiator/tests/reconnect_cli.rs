@@ -14,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::Config;
+use nvmf_target::config::Config;
 use nvmf_target::target::Target;
 use nvmf_target::tcp::TcpServer;
 

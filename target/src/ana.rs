@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use nvmf_common::config::AnaGroupConfig;
+use crate::config::AnaGroupConfig;
 use nvmf_common::wire::ana::{AnaState, MAX_GROUPS};
 
 /// The ANA states of one port's groups; groups never set are optimized.

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use crate::config::HostConfig;
 use nvmf_common::auth::AuthPolicy;
-use nvmf_common::config::HostConfig;
 use nvmf_common::tls::ConfiguredPsk;
 use nvmf_common::types::Nqn;
 

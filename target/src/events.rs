@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
-use nvmf_common::config::AnaState;
+use crate::config::AnaState;
 
 /// Events kept for a subscriber that has not read them yet.
 pub const EVENT_BUFFER: usize = 1024;

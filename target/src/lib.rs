@@ -1,8 +1,13 @@
 //! nvmf-target: an NVMe-over-Fabrics target.
 
+// Files shared with the integration tests by `#[path]` (tests/support) name the crate
+// `nvmf_target` wherever they are compiled, including in this crate's unit tests.
+extern crate self as nvmf_target;
+
 pub mod ana;
 pub mod auth;
 pub mod backend;
+pub mod config;
 pub mod controller;
 pub mod core;
 pub mod durable;

@@ -6,7 +6,7 @@
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
-use nvmf_common::config::Config;
+use crate::config::Config;
 
 /// Descriptors kept aside for sockets (queues), epoll, eventfds, the admin socket and
 /// logs, on top of the namespaces' own.

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 
-use nvmf_common::config::{Config, PollMode, TrType};
 use nvmf_common::types::Nqn;
 use nvmf_common::verbs::soft::SoftDevice;
 use nvmf_common::verbs::Device;
+use nvmf_target::config::{Config, PollMode, TrType};
 use nvmf_target::group::lease::{self, LeaseStore};
 use nvmf_target::group::GroupLink;
 use nvmf_target::live::ctl::{self, CtlServer};

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use nvmf_common::config::{AdrFam, PollMode, RdmaConfig, TrType, TransportConfig};
+use crate::config::{AdrFam, PollMode, RdmaConfig, TrType, TransportConfig};
 
 /// Transport-independent limits (from the config's `transport:` section).
 #[derive(Debug, Clone)]
@@ -82,7 +82,7 @@ pub struct PortInfo {
     /// ANA states of the port's groups (shared by every description of the port).
     pub ana: crate::ana::AnaRef,
     /// TLS on an NVMe/TCP port (`tsas`, `treq`).
-    pub tls: nvmf_common::config::PortTls,
+    pub tls: crate::config::PortTls,
 }
 
 impl PortInfo {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use nvmf_common::config::{QosConfig, QOS_KINDS};
+use crate::config::{QosConfig, QOS_KINDS};
 
 /// How often the groups publish their demand and recompute their shares.
 pub const REBALANCE_PERIOD_NS: u64 = 20_000_000;

@@ -26,7 +26,7 @@ pub enum SubsystemKind {
     Discovery,
 }
 
-pub use nvmf_common::config::ControllerModel;
+pub use crate::config::ControllerModel;
 
 /// A namespace: an NSID bound to a backend.
 pub struct Namespace {
@@ -106,7 +106,7 @@ impl Namespace {
     }
 
     /// The same namespace with QoS `limits`.
-    pub fn with_qos(self, limits: &nvmf_common::config::QosConfig) -> Self {
+    pub fn with_qos(self, limits: &crate::config::QosConfig) -> Self {
         self.qos.set(limits);
         self
     }

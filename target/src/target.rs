@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use nvmf_common::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
+use crate::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
 use nvmf_common::types::Nqn;
 
 use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions, RbdOptions};

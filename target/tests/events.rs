@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::{error::TryRecvError, Receiver};
 
 use nvmf_common::auth::{DhchapSecret, HashId, HostKeys};
-use nvmf_common::config::{AnaState, Config};
 use nvmf_common::types::{Nqn, DISCOVERY_NQN};
 use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::error::Error;
 use nvmf_initiator::transport::tcp::{TcpFabric, TcpOptions};
 use nvmf_initiator::transport::Fabric;
+use nvmf_target::config::{AnaState, Config};
 use nvmf_target::events::{NamespaceChange, Stamped, TargetEvent};
 use nvmf_target::live::hooks::TcpPorts;
 use nvmf_target::live::{Live, Op, PortHooks};

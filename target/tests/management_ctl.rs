@@ -193,7 +193,7 @@ fn ctl_over_the_api_answers_as_over_the_socket_and_its_changes_are_durable() {
     );
 
     // Roles follow a reload: the reader made an admin may change.
-    let mut c = nvmf_common::config::Config::load(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    let mut c = nvmf_target::config::Config::load(&cfg).unwrap_or_else(|e| panic!("{e}"));
     if let Some(m) = c.management.as_mut() {
         m.readers.clear();
         m.admins.push("monitoring".into());

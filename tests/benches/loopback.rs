@@ -24,11 +24,11 @@
 
 use std::time::Duration;
 
-use nvmf_common::config::PollMode;
 use nvmf_common::cpus::CpuList;
 use nvmf_common::types::Nsid;
 use nvmf_initiator::perf::parse::{BsSpec, Rw};
 use nvmf_initiator::perf::{run, PerfOptions};
+use nvmf_target::config::PollMode;
 use nvmf_tests::{config, connect, start};
 
 struct Point {

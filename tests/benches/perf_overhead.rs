@@ -11,13 +11,13 @@
 
 use std::time::{Duration, Instant};
 
-use nvmf_common::config::PollMode;
 use nvmf_common::types::Nsid;
 use nvmf_initiator::command;
 use nvmf_initiator::perf::parse::{BsSpec, Rw};
 use nvmf_initiator::perf::{run, PerfOptions};
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, Fabric, IoBuf};
+use nvmf_target::config::PollMode;
 use nvmf_tests::{config, connect, start};
 
 /// Bytes per I/O.

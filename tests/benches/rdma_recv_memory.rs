@@ -9,7 +9,7 @@
 //! in-capsule data) per queue entry without an SRQ, `rdma.srq_depth` capsules with one.
 //! A measurement, not a timed test: nothing is asserted.
 
-use nvmf_common::config::RDMA_DEFAULT_SRQ_DEPTH;
+use nvmf_target::config::RDMA_DEFAULT_SRQ_DEPTH;
 use nvmf_tests::{config, connect, start};
 
 /// I/O queue entries the host asks for (the Linux host's default).

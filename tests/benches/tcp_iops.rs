@@ -12,10 +12,10 @@
 
 use std::time::Instant;
 
-use nvmf_common::config::PollMode;
 use nvmf_common::transport::tcp::HostConfig;
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_initiator::transport::tcp::TcpOptions as HostOptions;
+use nvmf_target::config::PollMode;
 use nvmf_target::tcp::TcpOptions;
 use nvmf_tests::raw_tcp::{pair_with, read_sqe, status_of, with_cid, write_sqe, RawTcp, Rx, BS};
 use nvmf_tests::{config, start_tcp_with};

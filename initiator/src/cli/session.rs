@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmf_common::auth::{DhchapSecret, HostKeys};
-use nvmf_common::config::read_key_file;
+use nvmf_common::keyfile::read_key_file;
 use nvmf_common::tls::ConfiguredPsk;
 use nvmf_common::types::{Nqn, Nsid, DISCOVERY_NQN};
 use nvmf_common::verbs::Device;

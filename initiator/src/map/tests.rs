@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use nvmf_common::config::{Config, TrType};
 use nvmf_common::types::Nqn;
+use nvmf_target::config::{Config, TrType};
 
 use super::proto::{self, chunk, client_flags, cmd, cmd_flags, errno, opt, rep, Request};
 use super::*;

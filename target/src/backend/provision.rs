@@ -12,7 +12,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use nvmf_common::config::spec::NamespaceSpec;
+use crate::config::spec::NamespaceSpec;
 
 use super::spec::RbdOptions;
 

@@ -31,7 +31,7 @@ pub const DEFAULT_BLOCK_SIZE: u32 = 512;
 pub const MIN_BLOCK_SIZE: u32 = 512;
 pub const MAX_BLOCK_SIZE: u32 = 64 * 1024;
 
-pub use nvmf_common::config::spec::{parse_size, NamespaceSpec};
+pub use crate::config::spec::{parse_size, NamespaceSpec};
 
 /// How to open a backend.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct RbdOptions {
 
 impl RbdOptions {
     /// How namespace `n` reaches its cluster.
-    pub fn of(n: &nvmf_common::config::NamespaceConfig) -> RbdOptions {
+    pub fn of(n: &crate::config::NamespaceConfig) -> RbdOptions {
         RbdOptions {
             ceph_conf: n.ceph_conf.clone(),
             client_id: n.client_id.clone(),
@@ -226,7 +226,7 @@ pub fn open_backend(
 /// connecting (`check-config`); one message per namespace refused, naming the
 /// subsystem, the nsid and the option. Without the `rbd` feature nothing can be
 /// checked here: such a target refuses `rbd:` namespaces when it opens them.
-pub fn check_ceph_options(cfg: &nvmf_common::config::Config) -> Vec<String> {
+pub fn check_ceph_options(cfg: &crate::config::Config) -> Vec<String> {
     let mut refused = Vec::new();
     for s in &cfg.subsystems {
         for n in &s.namespaces {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracing::debug;
 
-use nvmf_common::config::{AdrFam, PortTls, TrType};
+use crate::config::{AdrFam, PortTls, TrType};
 use nvmf_common::types::{Nqn, DISCOVERY_NQN};
 use nvmf_common::wire::admin::{self, cns, fid, opcode};
 use nvmf_common::wire::identify::IDENTIFY_LEN;

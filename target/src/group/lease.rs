@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use nvmf_common::config::Ownership;
+use crate::config::Ownership;
 
 use super::GroupLink;
 use crate::live::Live;
@@ -100,7 +100,7 @@ pub struct LeaseParams {
 
 impl LeaseParams {
     /// The timing `g` asks for.
-    pub fn of(g: &nvmf_common::config::GatewayGroupConfig) -> LeaseParams {
+    pub fn of(g: &crate::config::GatewayGroupConfig) -> LeaseParams {
         /// Renewals per lease duration.
         const TICKS_PER_LEASE: u32 = 3;
         let lease = Duration::from_millis(g.lease_ms);

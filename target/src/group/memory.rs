@@ -6,7 +6,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::{GroupStore, Versioned};
-use nvmf_common::config::GroupState;
+use crate::config::GroupState;
 
 #[derive(Default)]
 pub struct MemoryStore {

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use nvmf_common::config::{
+use crate::config::{
     Config, GatewayGroupConfig, GatewayRecord, GroupState, Ownership, GROUP_OWNED_KEYS,
 };
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use tracing::{info, warn};
 
-use nvmf_common::config::{GatewayGroupConfig, GroupState};
+use crate::config::{GatewayGroupConfig, GroupState};
 
 use super::{GroupStore, Versioned};
 use crate::backend::rbd::rados::{Cas, RadosPool, Watch, WatchEvent};

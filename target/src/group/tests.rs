@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::thread;
 
-use nvmf_common::config::Config;
+use crate::config::Config;
 use nvmf_common::types::Nqn;
 
 use super::memory::MemoryStore;
@@ -168,7 +168,7 @@ fn gateways_changing_the_group_at_once_lose_no_update() {
 fn group_rules_refuse_local_subsystems_and_inline_keys() {
     let mut l = local("gw-a", 1);
     let sub = Config::single(
-        nvmf_common::config::TrType::Tcp,
+        crate::config::TrType::Tcp,
         None,
         None,
         vec!["null:1M".to_string()],
@@ -203,7 +203,7 @@ fn group_rules_refuse_local_subsystems_and_inline_keys() {
     );
     // An inline key would be in the store in clear: refused, nothing stored.
     let mut state = store.read().unwrap_or_else(|e| panic!("{e}")).state;
-    state.hosts[0].dhchap_key = Some(nvmf_common::config::KeyText::new(key.as_str()));
+    state.hosts[0].dhchap_key = Some(crate::config::KeyText::new(key.as_str()));
     let g = a
         .live
         .group()

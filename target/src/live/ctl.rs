@@ -269,7 +269,7 @@ pub fn parse_request(line: &str) -> Result<Request, serde_json::Error> {
 /// `req` as the log shows it: the value of a secret Ceph option (refused anyway) is
 /// replaced, so a mistaken `--ceph-option key=...` never reaches the log.
 pub(crate) fn loggable(req: &Request) -> std::borrow::Cow<'_, Request> {
-    use nvmf_common::config::SECRET_CEPH_OPTIONS;
+    use crate::config::SECRET_CEPH_OPTIONS;
     match req {
         Request::Change(Op::AddNs { ceph_options, .. })
             if ceph_options

@@ -10,7 +10,7 @@
 
 use tracing::{info, warn};
 
-use nvmf_common::config::{namespace_key, Config, GroupState};
+use crate::config::{namespace_key, Config, GroupState};
 
 use super::refusal::{Refusal, RefusalKind};
 use super::{edit, provision, Live, Op, Save};

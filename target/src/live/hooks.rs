@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use nvmf_common::config::TrType;
+use crate::config::TrType;
 
 use super::PortHooks;
 use crate::params::PortInfo;

@@ -41,7 +41,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use nvmf_common::config::{
+use crate::config::{
     AnaGroupConfig, AnaState, Config, GroupState, HostConfig, NamespaceConfig, SubsystemConfig,
     TrType,
 };
@@ -174,7 +174,7 @@ impl Live {
     }
 
     /// The `management:` section in force (who may call the API: read at each call).
-    pub fn management(&self) -> Option<nvmf_common::config::ManagementConfig> {
+    pub fn management(&self) -> Option<crate::config::ManagementConfig> {
         self.running.lock().management.clone()
     }
 
@@ -657,8 +657,7 @@ fn edit(cfg: &mut Config, op: &Op, resize: &mut Vec<(String, Nsid)>) -> Result<(
 /// `ctl ns-add-host` / `ns-remove-host`: `host` joins or leaves the hosts that see
 /// namespace `nsid` (one added with --no-auto-visible, as SPDK requires).
 fn ns_host(sub: &mut SubsystemConfig, nsid: Nsid, host: &str, add: bool) -> Result<(), Refusal> {
-    let h = nvmf_common::config::visibility::check_host(host)
-        .map_err(|e| Refusal::invalid("host", e))?;
+    let h = crate::config::visibility::check_host(host).map_err(|e| Refusal::invalid("host", e))?;
     let nqn = sub.nqn.to_string();
     let Some(ns) = sub.namespaces.iter_mut().find(|n| n.nsid == nsid) else {
         return Err(Refusal::not_found(format!(

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use nvmf_common::config::{AnaState, Config, PortConfig, SubsystemConfig, TrType, Tsas};
+use crate::config::{AnaState, Config, PortConfig, SubsystemConfig, TrType, Tsas};
 use nvmf_common::types::Nqn;
 
 use super::refusal::Refusal;
@@ -368,7 +368,7 @@ fn absolute(p: PathBuf) -> PathBuf {
 
 /// A size in bytes, with an optional K/M/G/T suffix (as `ram:SIZE`).
 fn parse_size_arg(s: &str) -> Result<u64, String> {
-    nvmf_common::config::spec::parse_size(s)
+    crate::config::spec::parse_size(s)
 }
 
 /// `KEY=VALUE` (the value may itself contain `=`).

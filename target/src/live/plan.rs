@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::sync::Arc;
 
-use nvmf_common::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
+use crate::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType};
 use nvmf_common::types::{Nqn, Nsid};
 
 use crate::backend::spec::NamespaceSpec;
@@ -55,7 +55,7 @@ pub(super) enum Step {
     SetQos {
         nqn: String,
         nsid: Nsid,
-        qos: nvmf_common::config::QosConfig,
+        qos: crate::config::QosConfig,
     },
     /// Reconfigured or resized (`change` says which): swapped in one step.
     ReplaceNamespace {

@@ -6,8 +6,8 @@
 
 use tracing::warn;
 
-use nvmf_common::config::spec::NamespaceSpec;
-use nvmf_common::config::{Config, NamespaceConfig};
+use crate::config::spec::NamespaceSpec;
+use crate::config::{Config, NamespaceConfig};
 use nvmf_common::types::Nsid;
 
 use super::refusal::{Refusal, RefusalKind};

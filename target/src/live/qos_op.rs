@@ -1,8 +1,6 @@
 //! `set-qos`: a namespace's QoS limits, changed live (see [`crate::qos`]).
 
-use nvmf_common::config::{
-    Config, QosConfig, QOS_KEYS, QOS_MAX_BYTES_PER_SEC, QOS_MAX_IOS_PER_SEC,
-};
+use crate::config::{Config, QosConfig, QOS_KEYS, QOS_MAX_BYTES_PER_SEC, QOS_MAX_IOS_PER_SEC};
 use nvmf_common::types::{Nqn, Nsid};
 
 use super::op::Op;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use nvmf_common::config::TrType;
+use crate::config::TrType;
 use nvmf_common::verbs::Device;
 
 use super::PortHooks;

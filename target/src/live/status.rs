@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use nvmf_common::config::Config;
+use crate::config::Config;
 
 use super::PortHooks;
 use crate::controller::Controller;

@@ -283,7 +283,7 @@ fn qos_table(out: &mut String, prev: &Snapshot, cur: &Snapshot, secs: f64) {
         } else {
             (0.0, 0.0)
         };
-        let limits: Vec<String> = nvmf_common::config::QOS_KEYS
+        let limits: Vec<String> = crate::config::QOS_KEYS
             .iter()
             .zip(q.stats.limits.as_array())
             .filter(|(_, v)| *v != 0)

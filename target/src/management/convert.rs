@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use tonic::{Code, Status};
 
-use nvmf_common::config::{AnaState, TrType};
+use crate::config::{AnaState, TrType};
 use nvmf_common::types::Nqn;
 
 use super::proto as pb;
@@ -128,7 +128,7 @@ pub fn add_namespace(r: pb::AddNamespaceRequest) -> Result<Op, Status> {
 /// AddNamespaceHost (`add`) or RemoveNamespaceHost.
 pub fn namespace_host(r: pb::NamespaceHostRef, add: bool) -> Result<Op, Status> {
     let (nqn, nsid) = (nqn("subsystem_nqn", &r.subsystem_nqn)?, nsid(r.nsid)?);
-    let host = nvmf_common::config::visibility::check_host(&r.host_nqn)
+    let host = crate::config::visibility::check_host(&r.host_nqn)
         .map_err(|e| invalid("host_nqn", e))?
         .to_string();
     Ok(if add {

@@ -34,7 +34,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tracing::{info, warn};
 
-use nvmf_common::config::ManagementConfig;
+use crate::config::ManagementConfig;
 
 use crate::live::Live;
 

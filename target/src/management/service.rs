@@ -14,7 +14,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use nvmf_common::config::ManagementRole;
+use crate::config::ManagementRole;
 
 use super::convert;
 use super::proto as pb;

@@ -15,7 +15,7 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry as PromRegistry;
 
-use nvmf_common::config::QOS_KEYS;
+use crate::config::QOS_KEYS;
 use nvmf_common::wire::status::Sct;
 
 use super::cell::{bucket_bound_seconds, ClassSnapshot, CLASSES, CLASS_NAMES, CLASS_READ};

@@ -10,7 +10,7 @@
 //! Vendor commands move what the host's data length says: only the vendor knows
 //! better. Blocking: runs on the control path.
 
-use nvmf_common::config::PassthruConfig;
+use crate::config::PassthruConfig;
 use nvmf_common::wire::admin::{self, fid, sel};
 use nvmf_common::wire::identify::IDENTIFY_LEN;
 use nvmf_common::wire::sqe::{self, Sqe, SQE_LEN};

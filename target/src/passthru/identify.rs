@@ -8,7 +8,7 @@
 //! SANICAP trimmed to the allowed list, OAES cleared, exact SQES/CQES, CTRATT host
 //! identifier bits ours.
 
-use nvmf_common::config::{PassthruAdminClass, PassthruConfig};
+use crate::config::{PassthruAdminClass, PassthruConfig};
 use nvmf_common::wire::fabrics::vs;
 use nvmf_common::wire::identify::{
     cmic, cntrltype, ctratt, entry_size, fcatt, flbas, nmic, oacs, oncs, parse_ns_id_descriptors,

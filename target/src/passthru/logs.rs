@@ -9,7 +9,7 @@
 //! `[offset, offset + len)` it is given, entry by entry; an entry only partly inside
 //! the window cannot occur with the dword-aligned offsets the device accepts.
 
-use nvmf_common::config::PassthruConfig;
+use crate::config::PassthruConfig;
 use nvmf_common::wire::admin::opcode;
 use nvmf_common::wire::log::{effects, lid};
 use nvmf_common::wire::nvm::opcode as io;
@@ -88,7 +88,7 @@ pub fn fix_supported_logs(buf: &mut [u8], offset: u64) {
 /// features the target keeps are its own (controller scope), refused ones are
 /// unsupported, vendor ones follow `allow_admin: [vendor]`.
 pub fn fix_features_supported(buf: &mut [u8], offset: u64, cfg: &PassthruConfig) {
-    use nvmf_common::config::PassthruAdminClass;
+    use crate::config::PassthruAdminClass;
     patch_entries(buf, offset, 0, |f, v| match feature_fate(f) {
         FeatureFate::Emulated => fis::FSUPP | scope::CONTROLLER,
         FeatureFate::Device | FeatureFate::HostBehavior => v,

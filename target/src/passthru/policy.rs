@@ -8,7 +8,7 @@
 //! Follows nvmet's `nvmet_parse_passthru_admin_cmd`; departures are listed in
 //! `docs/peers.md` ("Passthru subsystems").
 
-use nvmf_common::config::{PassthruAdminClass, PassthruConfig};
+use crate::config::{PassthruAdminClass, PassthruConfig};
 use nvmf_common::wire::admin::{self, cns, csi, fid, opcode};
 use nvmf_common::wire::log::lid;
 use nvmf_common::wire::sqe::{self, fuse, Sqe, SQE_LEN};

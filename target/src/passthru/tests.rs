@@ -2,7 +2,7 @@
 //! list (refused commands never reach the device; passed ones arrive and return
 //! unchanged), log fix-ups and namespace enumeration.
 
-use nvmf_common::config::{PassthruAdminClass, PassthruConfig};
+use crate::config::{PassthruAdminClass, PassthruConfig};
 use nvmf_common::wire::admin::{self, cns, csi, fid, opcode, sel};
 use nvmf_common::wire::identify::{
     cmic, ctratt, entry_size, nmic, oacs, oncs, parse_ns_id_descriptors, sgls, IdentifyController,
@@ -702,8 +702,7 @@ fn host_behavior_must_match_the_devices() {
 
 #[test]
 fn a_passthru_subsystem_is_refused_at_start_until_served() {
-    let mut s =
-        nvmf_common::config::SubsystemConfig::new(nvmf_common::types::Nqn::new(SUBNQN).unwrap());
+    let mut s = crate::config::SubsystemConfig::new(nvmf_common::types::Nqn::new(SUBNQN).unwrap());
     s.passthru = Some(cfg());
     match crate::target::build_subsystem(&s) {
         Ok(_) => panic!("a passthru subsystem was built"),

@@ -11,7 +11,7 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use nvmf_common::config::PassthruConfig;
+use crate::config::PassthruConfig;
 use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
 

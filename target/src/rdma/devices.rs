@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use nvmf_common::config::PollMode;
+use crate::config::PollMode;
 use nvmf_common::verbs::rdma::{CqMode, RdmaDevice};
 use nvmf_common::verbs::Device;
 

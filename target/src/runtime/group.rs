@@ -30,7 +30,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use tracing::{debug, info, warn};
 
-use nvmf_common::config::PollMode;
+use crate::config::PollMode;
 
 use super::mailbox::{GroupHandle, Inbox};
 use super::pool::BufferPool;

@@ -48,7 +48,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
-use nvmf_common::config::TcpConfig;
+use crate::config::TcpConfig;
 use nvmf_common::transport::tcp::ControllerConfig;
 
 use crate::params::PortInfo;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use nvmf_common::config::PortTls;
+use crate::config::PortTls;
 use nvmf_common::tls::{self, ConfiguredPsk, PskLookup, Records, Socket, TlsError, TlsStream};
 
 use super::pick_group;

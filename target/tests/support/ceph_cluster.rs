@@ -6,12 +6,12 @@
 //! One file for every crate that starts a cluster, included with `#[path]`: the RBD
 //! backend's unit tests (`target/src/backend/rbd/tests.rs`), the binary's tests
 //! (`target/tests/rbd_gateways.rs`) and the end-to-end tests (`tests/lib.rs`). It
-//! needs only std and `nvmf_common`, which all three have.
+//! needs only std and `nvmf_target::config`, which all three reach by that name.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nvmf_common::config::Config;
+use nvmf_target::config::Config;
 
 /// A running test cluster.
 pub struct CephCluster {

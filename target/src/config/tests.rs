@@ -303,7 +303,7 @@ fn discovery_nqn_is_not_configurable() {
     );
 }
 
-const DISCOVERY: &str = crate::types::DISCOVERY_NQN;
+const DISCOVERY: &str = nvmf_common::types::DISCOVERY_NQN;
 
 #[test]
 fn duplicate_subsystems_and_ports() {
@@ -894,7 +894,7 @@ fn dhchap_dhgroup_null_names_the_null_group_and_keys_are_checked() {
     );
     let c = Config::from_yaml_str(&y, "t").unwrap();
     let p = c.hosts[0].policy().unwrap().unwrap();
-    assert_eq!(p.groups, vec![crate::auth::DhGroup::Null]);
+    assert_eq!(p.groups, vec![nvmf_common::auth::DhGroup::Null]);
     let p = c.hosts[1].policy().unwrap().unwrap();
     assert_eq!(p.groups.len(), 2);
     assert_eq!(p.hashes.len(), 3, "no dhchap_hash: every hash");
@@ -959,7 +959,7 @@ fn poll_group_cpus_parse_and_unusable_cpus_are_refused() {
     );
     let e = error_of(&format!(
         "{BASE}transport:\n  cpus: \"{}\"\n",
-        crate::cpus::MAX_CPU
+        nvmf_common::cpus::MAX_CPU
     ));
     assert!(
         e.to_string()

@@ -16,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::wire::ana::AnaState;
+pub use nvmf_common::wire::ana::AnaState;
 
 /// The state of one ANA group on a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,20 +17,17 @@
 //! SIGHUP, `check-config`) and must not be readable by group or others.
 
 use std::fmt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 use super::serde_util;
-use crate::auth::{AuthPolicy, DhGroup, DhchapSecret, HashId};
-use crate::tls::ConfiguredPsk;
-use crate::types::Nqn;
-
-/// File mode bits that must be clear on a key file (group and others).
-const KEY_FILE_FORBIDDEN_MODE: u32 = 0o077;
+use nvmf_common::auth::{AuthPolicy, DhGroup, DhchapSecret, HashId};
+use nvmf_common::keyfile::read_key_file;
+use nvmf_common::tls::ConfiguredPsk;
+use nvmf_common::types::Nqn;
 
 /// A host entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,23 +187,6 @@ where
     text.parse::<K>()
         .map(Some)
         .map_err(|e| (field, format!("invalid {what}: {e}")))
-}
-
-/// Reads a key file, refusing one that group or others may read.
-pub fn read_key_file(p: &Path) -> Result<Zeroizing<String>, String> {
-    let meta =
-        std::fs::metadata(p).map_err(|e| format!("cannot read key file {}: {e}", p.display()))?;
-    let mode = meta.permissions().mode();
-    if mode & KEY_FILE_FORBIDDEN_MODE != 0 {
-        return Err(format!(
-            "key file {} is readable by group or others (mode {:o}); chmod 600 it",
-            p.display(),
-            mode & 0o777
-        ));
-    }
-    std::fs::read_to_string(p)
-        .map(|s| Zeroizing::new(s.trim().to_owned()))
-        .map_err(|e| format!("cannot read key file {}: {e}", p.display()))
 }
 
 mod one_or_many {

@@ -58,7 +58,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::types::{Cntlid, Nqn, Nsid};
+use nvmf_common::types::{Cntlid, Nqn, Nsid};
 
 pub use ana::{AnaGroupConfig, AnaState};
 pub use error::{ConfigError, ConfigErrorKind};
@@ -67,9 +67,10 @@ pub use group::{
     namespace_key, GatewayGroupConfig, GatewayRecord, GroupState, Ownership, GROUP_NAME_MAX,
     GROUP_OWNED_KEYS,
 };
-pub use hosts::{read_key_file, HostConfig, KeyText};
+pub use hosts::{HostConfig, KeyText};
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
+pub use nvmf_common::keyfile::read_key_file;
 pub use passthru::{PassthruAdminClass, PassthruConfig, PASSTHRU_ADMIN_TIMEOUT_MAX_MS};
 pub use qos::{QosConfig, QOS_KEYS, QOS_KINDS, QOS_MAX_BYTES_PER_SEC, QOS_MAX_IOS_PER_SEC};
 pub use rdma::{RdmaConfig, RDMA_DEFAULT_SRQ_DEPTH, RDMA_SRQ_DEPTH_RANGE};
@@ -227,7 +228,7 @@ pub struct TransportConfig {
     /// CPUs the poll groups are pinned to (`"0-3,6"` or a list), group `i` to the
     /// `i`-th taken round-robin; unpinned when absent (SPDK's core mask, `-m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<crate::cpus::CpuList>,
+    pub cpus: Option<nvmf_common::cpus::CpuList>,
     /// Keep-alive timeout (ms) of a discovery controller whose host asks for none
     /// (nvmet's and SPDK's 120 s). Hosts choose their own KATO otherwise, kept as asked:
     /// a host is not told of a shorter one and would be dropped by it.
@@ -564,7 +565,8 @@ impl NamespaceConfig {
 
     /// The namespace's ANA group.
     pub fn anagrpid(&self) -> u32 {
-        self.anagrpid.unwrap_or(crate::wire::ana::DEFAULT_GROUP)
+        self.anagrpid
+            .unwrap_or(nvmf_common::wire::ana::DEFAULT_GROUP)
     }
 
     /// The configured UUID's 16 bytes (big-endian, as in the Namespace Identification

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     serde_util, AnaGroupConfig, AnaState, Config, HostConfig, PortConfig, SubsystemConfig,
 };
-use crate::types::Cntlid;
+use nvmf_common::types::Cntlid;
 
 /// Longest group or gateway name (they become parts of RADOS object names and lock
 /// cookies).
@@ -245,7 +245,7 @@ impl GroupState {
     /// the ANA group ids a port can report (1 to ANAGRPMAX).
     pub fn free_grpid(&self) -> Option<u32> {
         let used = self.ana_groups();
-        (1..=crate::wire::ana::MAX_GROUPS).find(|g| !used.contains(g))
+        (1..=nvmf_common::wire::ana::MAX_GROUPS).find(|g| !used.contains(g))
     }
 
     /// Puts each namespace of `cfg` without an ANA group into the group's ANA group

@@ -8,7 +8,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serializer};
 
-use crate::types::{Cntlid, Nqn, Nsid};
+use nvmf_common::types::{Cntlid, Nqn, Nsid};
 
 /// An NQN as a YAML string, validated by [`Nqn::new`].
 struct NqnDe(Nqn);

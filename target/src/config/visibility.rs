@@ -24,7 +24,7 @@ use std::collections::HashSet;
 
 use super::error::KeyPath;
 use super::NamespaceConfig;
-use crate::types::Nqn;
+use nvmf_common::types::Nqn;
 
 /// Why `host` cannot be named in a namespace's visibility list, or its NQN.
 pub fn check_host(host: &str) -> Result<Nqn, String> {

@@ -10,7 +10,7 @@ use super::{
     ReferralConfig, SubsystemConfig, TrType, Treq, Tsas, MODEL_MAX_LEN, SECRET_CEPH_OPTIONS,
     SERIAL_MAX_LEN,
 };
-use crate::types::{Cntlid, Nqn, Nsid, DISCOVERY_NQN};
+use nvmf_common::types::{Cntlid, Nqn, Nsid, DISCOVERY_NQN};
 
 const KIB: u32 = 1024;
 const MIB: u32 = 1024 * 1024;
@@ -756,7 +756,7 @@ fn device_size(spec: &str) -> Result<Option<(&'static str, u64)>, String> {
 
 /// ANA group ids: 1..=128, each state given once per port.
 fn check_ana(c: &mut Checker<'_>, config: &Config) {
-    let max = crate::wire::ana::MAX_GROUPS;
+    let max = nvmf_common::wire::ana::MAX_GROUPS;
     let ports = KeyPath::root().key("ports");
     for (i, p) in config.ports.iter().enumerate() {
         let mut seen = HashSet::new();
