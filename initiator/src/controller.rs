@@ -7,7 +7,7 @@
 //!    CNTLID) — the CNTLID comes back in dw0;
 //! 2. Property Get CAP and VS; Property Set CC (EN=1, IOSQES=6, IOCQES=4, CSS=NVM,
 //!    MPS=CAP.MPSMIN, AMS=round robin); poll CSTS until RDY=1 (CFS=1 is fatal) for at
-//!    most CAP.TO × 500 ms;
+//!    most CAP.TO × 500 ms, or CRTO.CRWMT × 500 ms when CAP.CRMS.CRWMS is set;
 //! 3. Identify Controller (kept raw and parsed);
 //! 4. for an I/O controller: Set Features Number of Queues, then connect each I/O
 //!    queue (transport, then fabrics Connect with the admin CNTLID);

@@ -283,8 +283,9 @@ pub mod fake_target {
     use nvmf_common::types::DISCOVERY_NQN;
     use nvmf_common::wire::admin::{self, cns, fid, num_queues_decode, num_queues_encode};
     use nvmf_common::wire::fabrics::{
-        cap_css, connect_data_offset, connect_invalid_param_dw0, fctype, reg, shst, Cap, Cc,
-        ConnectCmd, ConnectData, Csts, PropertyGetCmd, PropertySetCmd, FABRICS_OPCODE, NVME_VS_1_3,
+        cap_crms, cap_css, connect_data_offset, connect_invalid_param_dw0, fctype, reg, shst, Cap,
+        Cc, ConnectCmd, ConnectData, Crto, Csts, PropertyGetCmd, PropertySetCmd, FABRICS_OPCODE,
+        NVME_VS_1_3,
     };
     use nvmf_common::wire::identify::{
         cntrltype, write_active_ns_list, write_ns_id_descriptors, IdentifyController,
@@ -315,6 +316,8 @@ pub mod fake_target {
         pub mqes: u16,
         pub mdts: u8,
         pub cap_to: u8,
+        /// CRTO.CRWMT; set, CAP.CRMS.CRWMS says CRTO is there.
+        pub crwmt: Option<u16>,
         pub cfs: bool,
         pub never_ready: bool,
         pub in_capsule_data: u32,
@@ -336,6 +339,7 @@ pub mod fake_target {
                 mqes: 63,
                 mdts: 5,
                 cap_to: 10,
+                crwmt: None,
                 cfs: false,
                 never_ready: false,
                 in_capsule_data: 8192,
@@ -535,11 +539,20 @@ pub mod fake_target {
                 st.log.push(format!("prop_get {:#x}", p.offset()));
                 let v: u64 = match p.offset() {
                     reg::CAP => {
+                        let crms = if cfg.crwmt.is_some() {
+                            cap_crms::CRWMS
+                        } else {
+                            0
+                        };
                         Cap::default()
                             .with_mqes(cfg.mqes)
                             .with_to(cfg.cap_to)
                             .with_css(cap_css::NVM)
+                            .with_crms(crms)
                             .0
+                    }
+                    reg::CRTO if cfg.crwmt.is_some() => {
+                        u64::from(Crto(0).with_crwmt(cfg.crwmt.unwrap_or(0)).0)
                     }
                     reg::VS => u64::from(NVME_VS_1_3),
                     reg::CC => u64::from(st.cc.0),

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::{Cntlid, Qid};
-use nvmf_common::wire::fabrics::{reg, shst, Cap, Cc, Csts, CONNECT_IATTR_DATA};
+use nvmf_common::wire::fabrics::{cap_crms, reg, shst, Cap, Cc, Crto, Csts, CONNECT_IATTR_DATA};
 use nvmf_common::wire::status::{cmd_specific, Sct};
 
 use crate::command::{self, SqeBytes};
@@ -14,7 +14,7 @@ use crate::transport::{DataDir, Fabric};
 
 use super::ConnectOptions;
 
-/// CAP.TO is in units of 500 ms.
+/// CAP.TO and CRTO's timeouts are in units of 500 ms.
 pub(super) const CAP_TO_UNIT: Duration = Duration::from_millis(500);
 /// How often CSTS is polled while waiting for RDY or SHST.
 const CSTS_POLL_INTERVAL: Duration = Duration::from_millis(5);
@@ -86,9 +86,28 @@ pub(super) fn prop_set(q: &mut Queue, offset: u32, cc: Cc, t: Duration) -> Resul
     check_status("Property Set", c.status)
 }
 
-/// Polls CSTS until RDY=1, for at most CAP.TO × 500 ms (at least one unit).
+/// How long CSTS.RDY may take after CC.EN=1, and the field that said so: CRTO.CRWMT
+/// when CAP.CRMS.CRWMS says the controller has CRTO (NVMe 2.0; Linux
+/// `nvme_enable_ctrl` reads it the same way; the host never sets CC.CRIME, so CRIMT
+/// does not apply), else CAP.TO. At least one unit, and never under CAP.TO: a CRTO of
+/// 0 from a controller that does not fill it must not turn into no wait at all.
+pub(super) fn ready_timeout(
+    q: &mut Queue,
+    cap: Cap,
+    t: Duration,
+) -> Result<(Duration, &'static str), Error> {
+    let cap_to = u32::from(cap.to().max(1));
+    if cap.crms() & cap_crms::CRWMS == 0 {
+        return Ok((CAP_TO_UNIT * cap_to, "CAP.TO"));
+    }
+    let crto = Crto(low32(prop_get(q, reg::CRTO, t)?));
+    let units = u32::from(crto.crwmt()).max(cap_to);
+    Ok((CAP_TO_UNIT * units, "CRTO.CRWMT"))
+}
+
+/// Polls CSTS until RDY=1, for at most [`ready_timeout`].
 pub(super) fn wait_ready(q: &mut Queue, cap: Cap, t: Duration) -> Result<(), Error> {
-    let limit = CAP_TO_UNIT * u32::from(cap.to().max(1));
+    let (limit, field) = ready_timeout(q, cap, t)?;
     let start = Instant::now();
     loop {
         let csts = Csts(low32(prop_get(q, reg::CSTS, t)?));
@@ -102,7 +121,7 @@ pub(super) fn wait_ready(q: &mut Queue, cap: Cap, t: Duration) -> Result<(), Err
         }
         if start.elapsed() >= limit {
             return Err(Error::Timeout(format!(
-                "controller not ready (CSTS.RDY) after {limit:?} (CAP.TO)"
+                "controller not ready (CSTS.RDY) after {limit:?} ({field})"
             )));
         }
         std::thread::sleep(CSTS_POLL_INTERVAL);

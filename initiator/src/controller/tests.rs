@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::Nqn;
+use nvmf_common::wire::fabrics::reg;
 use nvmf_common::wire::identify::{cntrltype, IdentifyController};
 use nvmf_common::wire::status::{cmd_specific, Sct};
 
@@ -125,6 +126,47 @@ fn fatal_status_and_not_ready() {
         Err(Error::Timeout(_))
     ));
     assert!(start.elapsed() >= CAP_TO_UNIT);
+}
+
+/// A controller with CAP.CRMS.CRWMS gets CRTO.CRWMT to become ready, not CAP.TO (a
+/// CRTO under CAP.TO counts as CAP.TO); without it CRTO is never read.
+#[test]
+fn ready_timeout_comes_from_crto_when_the_controller_has_it() {
+    let t = FakeTarget::new(FakeTargetConfig {
+        never_ready: true,
+        cap_to: 1,
+        crwmt: Some(3),
+        ..Default::default()
+    });
+    let start = Instant::now();
+    match Controller::connect(t.fabric(), opts(&t.subnqn())) {
+        Err(Error::Timeout(m)) => assert!(m.contains("CRTO.CRWMT"), "{m}"),
+        Err(e) => panic!("expected a timeout, got {e}"),
+        Ok(_) => panic!("a controller never ready was connected"),
+    }
+    assert!(start.elapsed() >= CAP_TO_UNIT * 3);
+    assert!(t
+        .log()
+        .iter()
+        .any(|l| l == &format!("prop_get {:#x}", reg::CRTO)));
+    let t = FakeTarget::new(FakeTargetConfig {
+        never_ready: true,
+        cap_to: 1,
+        crwmt: Some(0),
+        ..Default::default()
+    });
+    let start = Instant::now();
+    assert!(matches!(
+        Controller::connect(t.fabric(), opts(&t.subnqn())),
+        Err(Error::Timeout(_))
+    ));
+    assert!(start.elapsed() >= CAP_TO_UNIT);
+    let t = FakeTarget::new(FakeTargetConfig::default());
+    drop(Controller::connect(t.fabric(), opts(&t.subnqn())).unwrap());
+    assert!(!t
+        .log()
+        .iter()
+        .any(|l| l == &format!("prop_get {:#x}", reg::CRTO)));
 }
 
 #[test]
