@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
-use nvmf_common::verbs::{DmaBuffer, MemoryRegion};
 use nvmf_common::wire::fabrics::{connect_data_offset, connect_offset, reg, CONNECT_IATTR_DATA};
 use nvmf_common::wire::rdma::reject_status;
 use nvmf_common::wire::sqe::Sqe;
@@ -16,6 +15,7 @@ use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::queue::{Completion, Queue};
 use nvmf_initiator::transport::{DataDir, IoBuf, TransportError};
 use nvmf_tests::{config, connect, exec, hostnqn, options, raw_queue, start, Env, TEST_HOSTID};
+use nvmf_verbs::{DmaBuffer, MemoryRegion};
 
 fn assert_status(c: &Completion, sct: Sct, sc: u8) {
     assert!(
@@ -366,11 +366,11 @@ fn bad_rdma_key_or_bounds_fail_only_that_queue() {
 fn raw_qp(
     env: &Env,
 ) -> (
-    Arc<dyn nvmf_common::verbs::QueuePair>,
-    Arc<dyn nvmf_common::verbs::CompletionQueue>,
+    Arc<dyn nvmf_verbs::QueuePair>,
+    Arc<dyn nvmf_verbs::CompletionQueue>,
     Arc<dyn MemoryRegion>,
 ) {
-    use nvmf_common::verbs::{Access, Device, QpCaps, QpInit};
+    use nvmf_verbs::{Access, Device, QpCaps, QpInit};
     let dev: Arc<dyn Device> = env.target.device.clone();
     let pd = dev.alloc_pd().unwrap_or_else(|e| panic!("{e}"));
     let cq = dev.create_cq(64).unwrap_or_else(|e| panic!("{e}"));
@@ -405,7 +405,7 @@ fn raw_qp(
 
 #[test]
 fn capsule_shorter_than_an_sqe_ends_only_that_connection() {
-    use nvmf_common::verbs::{SendOp, SendWr, Sge};
+    use nvmf_verbs::{SendOp, SendWr, Sge};
     let env = start(&config(&["ram:16M"]));
     let mut ctrl = connect(&env, 1, 32);
     let (qp, _cq, mr) = raw_qp(&env);
@@ -442,7 +442,7 @@ fn capsule_shorter_than_an_sqe_ends_only_that_connection() {
 
 #[test]
 fn malformed_cm_private_data_is_rejected() {
-    use nvmf_common::verbs::{Device, QpCaps, QpInit, VerbsError};
+    use nvmf_verbs::{Device, QpCaps, QpInit, VerbsError};
     let env = start(&config(&["ram:16M"]));
     let dev: Arc<dyn Device> = env.target.device.clone();
     let port = env.target.target.ports()[0].clone();
@@ -572,7 +572,7 @@ fn log_page_larger_than_mdts_is_refused() {
 
 #[test]
 fn host_overrunning_its_queue_ends_only_that_connection() {
-    use nvmf_common::verbs::{SendOp, SendWr, Sge};
+    use nvmf_verbs::{SendOp, SendWr, Sge};
     let env = start(&config(&["ram:16M"]));
     let mut ctrl = connect(&env, 1, 32);
     // 32 receive slots at the target; send 64 capsules (Connect commands with no data)

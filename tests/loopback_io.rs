@@ -272,12 +272,12 @@ mod srq_on_and_off {
     /// per-queue receives although `rdma.srq` is on, and serves I/O.
     #[test]
     fn falls_back_to_per_queue_receives_when_the_device_has_no_srq() {
-        use nvmf_common::verbs::soft::SoftDevice;
-        use nvmf_common::verbs::Device;
         use nvmf_initiator::controller::{ConnectOptions, Controller};
         use nvmf_initiator::transport::rdma::RdmaFabric;
         use nvmf_target::rdma::{listen_addr, RdmaServer};
         use nvmf_target::target::Target;
+        use nvmf_verbs::soft::SoftDevice;
+        use nvmf_verbs::Device;
 
         let cfg = config(&["ram:64M"]);
         assert!(cfg.rdma.srq, "on by default");

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
-use nvmf_common::verbs::{Device, QpCaps, QpInit, VerbsError};
 use nvmf_common::wire::fabrics::{
     cattr, connect_data_offset, connect_offset, reg, ConnectCmd, CONNECT_IATTR_DATA,
 };
@@ -29,6 +28,7 @@ use nvmf_initiator::transport::{DataDir, Fabric, QueueParams};
 use nvmf_target::config::Config;
 use nvmf_tests::raw_tcp::CC_ENABLE;
 use nvmf_tests::{assert_serves, config, exec, hostnqn, raw_queue, start, Env, TEST_HOSTID};
+use nvmf_verbs::{Device, QpCaps, QpInit, VerbsError};
 
 use connect_data_offset::{CNTLID, HOSTNQN, SUBSYSNQN};
 use connect_offset::{QID, SQSIZE};

@@ -9,8 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_common::types::{Nqn, Nsid};
-use nvmf_common::verbs::soft::SoftDevice;
-use nvmf_common::verbs::Device;
 use nvmf_initiator::controller::Controller;
 use nvmf_initiator::namespace::NsIo;
 use nvmf_initiator::transport::rdma::RdmaFabric;
@@ -22,6 +20,8 @@ use nvmf_target::rdma::RdmaServer;
 use nvmf_target::target::Target;
 use nvmf_tests::init_logs;
 use nvmf_tests::ops_support::options_as;
+use nvmf_verbs::soft::SoftDevice;
+use nvmf_verbs::Device;
 
 const SUB: &str = "nqn.2024-01.io.nvmf-rs:rdma-live";
 /// Block size of the RAM namespaces.

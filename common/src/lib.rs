@@ -2,7 +2,6 @@
 //!
 //! - [`wire`]: zero-copy views and value types for every structure on the wire.
 //! - [`types`]: newtypes for NQN, controller id, queue id, command id, namespace id.
-//! - [`verbs`]: the small RDMA verbs interface and its in-process software provider.
 //! - [`transport`]: sans-IO transport cores (the NVMe/TCP PDU framer).
 //! - [`keyfile`]: key files read with a permission check.
 
@@ -14,5 +13,4 @@ pub mod keyfile;
 pub mod tls;
 pub mod transport;
 pub mod types;
-pub mod verbs;
 pub mod wire;

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use nvmf_common::types::{Cntlid, Nqn, Qid};
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::fabrics::reg;
 use nvmf_common::wire::status::Status;
 use nvmf_initiator::command;
@@ -16,6 +15,7 @@ use nvmf_target::core::{self, DataDir, ExecCtx, Outcome, QueueCtx, Request};
 use nvmf_target::params::PortInfo;
 use nvmf_target::subsystem::Namespace;
 use nvmf_target::target::Target;
+use nvmf_verbs::DmaBuffer;
 
 /// The subsystem the rig serves.
 pub const NQN: &str = "nqn.2024-01.io.nvmf-rs:fuzz";

@@ -11,12 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nvmf_common::types::Nqn;
-use nvmf_common::verbs::soft::SoftDevice;
-use nvmf_common::verbs::Device;
 use nvmf_target::config::{Config, TrType};
 use nvmf_target::rdma::{listen_addr, RdmaServer};
 use nvmf_target::runtime::PortServer;
 use nvmf_target::target::Target;
+use nvmf_verbs::soft::SoftDevice;
+use nvmf_verbs::Device;
 
 use crate::error::Error;
 use crate::transport::rdma::RdmaFabric;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use nvmf_common::types::Qid;
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 use nvmf_common::wire::status::Status;
+use nvmf_verbs::DmaBuffer;
 
 use crate::transport::{DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
 

@@ -12,8 +12,6 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 
 use nvmf_common::types::Nqn;
-use nvmf_common::verbs::soft::SoftDevice;
-use nvmf_common::verbs::Device;
 use nvmf_target::config::{Config, PollMode, TrType};
 use nvmf_target::group::lease::{self, LeaseStore};
 use nvmf_target::group::GroupLink;
@@ -27,6 +25,8 @@ use nvmf_target::params::PortInfo;
 use nvmf_target::rdma::{listen_addr, DevicePorts, RdmaServer};
 use nvmf_target::target::Target;
 use nvmf_target::tcp::TcpOptions;
+use nvmf_verbs::soft::SoftDevice;
+use nvmf_verbs::Device;
 
 #[derive(Parser, Debug)]
 #[command(name = "nvmf-target", version, about = "NVMe-over-Fabrics target")]

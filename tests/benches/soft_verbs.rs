@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nvmf_common::verbs::soft::SoftDevice;
-use nvmf_common::verbs::{
+use nvmf_verbs::soft::SoftDevice;
+use nvmf_verbs::{
     Access, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QpCaps, QpInit,
     QueuePair, RecvWr, SendOp, SendWr, Sge, WorkCompletion,
 };

@@ -9,7 +9,7 @@ use nvmf_common::auth::{DhchapSecret, HostKeys};
 use nvmf_common::keyfile::read_key_file;
 use nvmf_common::tls::ConfiguredPsk;
 use nvmf_common::types::{Nqn, Nsid, DISCOVERY_NQN};
-use nvmf_common::verbs::Device;
+use nvmf_verbs::Device;
 
 use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::error::Error;
@@ -29,7 +29,7 @@ pub(super) const MS_PER_SEC: u32 = 1000;
 /// The local RDMA device that reaches `addr` (`IP:PORT`), for `-t rdma`.
 #[cfg(feature = "rdma")]
 fn rdma_device(addr: &str, timeout: Duration) -> Result<Arc<dyn Device>, CliError> {
-    use nvmf_common::verbs::rdma::RdmaDevice;
+    use nvmf_verbs::rdma::RdmaDevice;
     match RdmaDevice::for_remote_addr(addr, timeout) {
         Ok(d) => Ok(d),
         Err(e) => Err(CliError::Failed(Error::Transport(

@@ -115,8 +115,8 @@ mod tests {
     use std::time::Instant;
 
     use nvmf_common::types::{Cid, Nsid, Qid};
-    use nvmf_common::verbs::DmaBuffer;
     use nvmf_common::wire::status::Status;
+    use nvmf_verbs::DmaBuffer;
 
     use super::*;
     use crate::command::SqeBytes;

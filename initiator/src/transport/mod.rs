@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmf_common::types::Qid;
-use nvmf_common::verbs::{DmaBuffer, MemoryRegion};
+use nvmf_verbs::{DmaBuffer, MemoryRegion};
 
 /// Direction of a command's data, from the host's point of view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,16 +14,16 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 use nvmf_common::types::Qid;
-use nvmf_common::verbs::{
-    post_recv_slots, Access, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain,
-    QpCaps, QpInit, QueuePair, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
-};
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::rdma::{
     reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN, NVME_RDMA_CM_FMT_1_0,
 };
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_common::wire::sqe::{offset, SQE_LEN};
+use nvmf_verbs::{
+    post_recv_slots, Access, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain,
+    QpCaps, QpInit, QueuePair, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+};
 
 use super::{DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
 

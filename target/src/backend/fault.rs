@@ -327,7 +327,7 @@ impl FaultChannel {
 mod tests {
     use super::*;
     use crate::backend::ram::RamBackend;
-    use nvmf_common::verbs::DmaBuffer;
+    use nvmf_verbs::DmaBuffer;
 
     fn ram() -> Arc<dyn Backend> {
         match RamBackend::new(1 << 20, 512) {

@@ -48,7 +48,7 @@ use std::sync::{Arc, OnceLock};
 
 use io_uring::{opcode, squeue, types, IoUring};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use nvmf_common::verbs::DmaBuffer;
+use nvmf_verbs::DmaBuffer;
 
 use super::spec::{check_block_size, OpenError};
 use super::{Backend, BackendError, BackendInfo, DmaSlice, IoChannel, IoCompletion, IoOp};

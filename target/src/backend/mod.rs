@@ -24,8 +24,8 @@ use std::os::fd::RawFd;
 pub(crate) use inline::{InlineChannel, InlineExec};
 use std::sync::Arc;
 
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::status::{generic, media, path, Sct, Status};
+use nvmf_verbs::DmaBuffer;
 
 /// `len` bytes at `offset` of a registered buffer.
 #[derive(Debug, Clone)]

@@ -87,7 +87,7 @@ impl InlineExec for NullExec {
 mod tests {
     use super::*;
     use crate::backend::DmaSlice;
-    use nvmf_common::verbs::DmaBuffer;
+    use nvmf_verbs::DmaBuffer;
     use std::sync::Arc;
 
     fn slice(buf: &Arc<DmaBuffer>, offset: usize, len: usize) -> DmaSlice {

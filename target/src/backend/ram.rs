@@ -244,7 +244,7 @@ impl InlineExec for RamExec {
 mod tests {
     use super::*;
     use crate::backend::DmaSlice;
-    use nvmf_common::verbs::DmaBuffer;
+    use nvmf_verbs::DmaBuffer;
 
     fn slice(buf: &Arc<DmaBuffer>, offset: usize, len: usize) -> DmaSlice {
         DmaSlice::new(buf.clone(), offset, len).unwrap()

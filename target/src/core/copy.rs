@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use tracing::debug;
 
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::nvm::{self, copy, CopyRange, COPY_RANGE_LEN};
 use nvmf_common::wire::sqe;
 use nvmf_common::wire::status::{cmd_specific, generic, Status};
+use nvmf_verbs::DmaBuffer;
 
 use super::{DataDir, ExecCtx, Plan, Request};
 use crate::backend::{DmaSlice, IoOp};

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use tracing::debug;
 
 use nvmf_common::types::Nsid;
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::nvm::{self, dsm_attr, opcode, DsmRange, DSM_RANGE_LEN};
 use nvmf_common::wire::sqe;
 use nvmf_common::wire::status::{generic, media, Status};
+use nvmf_verbs::DmaBuffer;
 
 use super::{DataDir, ExecCtx, Outcome, Plan, Request};
 use crate::backend::{DmaSlice, IoOp};

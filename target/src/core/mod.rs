@@ -33,11 +33,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nvmf_common::types::{Nsid, Qid};
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::Cqe;
 use nvmf_common::wire::fabrics::FABRICS_OPCODE;
 use nvmf_common::wire::sqe::{self, Sqe, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
+use nvmf_verbs::DmaBuffer;
 
 use crate::backend::{BackendError, DmaSlice, IoChannel, IoCompletion, IoOp};
 use crate::controller::Controller;

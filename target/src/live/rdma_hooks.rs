@@ -9,7 +9,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::config::TrType;
-use nvmf_common::verbs::Device;
+use nvmf_verbs::Device;
 
 use super::PortHooks;
 use crate::params::PortInfo;

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use crate::config::PollMode;
-use nvmf_common::verbs::rdma::{CqMode, RdmaDevice};
-use nvmf_common::verbs::Device;
+use nvmf_verbs::rdma::{CqMode, RdmaDevice};
+use nvmf_verbs::Device;
 
 use super::{listen_addr, DevicePorts};
 use crate::params::PortInfo;

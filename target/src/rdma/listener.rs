@@ -17,14 +17,14 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 use nvmf_common::types::Qid;
-use nvmf_common::verbs::{
-    post_recv_slots, Access, ConnectRequest, DmaBuffer, Listener, ProtectionDomain, QpCaps, QpInit,
-    QueuePair, VerbsError,
-};
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::rdma::{
     reject_status, reject_status_name, CmAccept, CmReject, CmRequest, CM_REQ_LEN,
     NVME_RDMA_CM_FMT_1_0,
+};
+use nvmf_verbs::{
+    post_recv_slots, Access, ConnectRequest, DmaBuffer, Listener, ProtectionDomain, QpCaps, QpInit,
+    QueuePair, VerbsError,
 };
 
 use super::poll_group::{GroupHandle, NewQueue};

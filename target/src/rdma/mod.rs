@@ -1,4 +1,4 @@
-//! NVMe/RDMA, controller side, written once against [`nvmf_common::verbs`].
+//! NVMe/RDMA, controller side, written once against [`nvmf_verbs`].
 //!
 //! - [`listener`]: one thread per port takes rdma_cm connection requests, validates
 //!   the NVMe/RDMA private data (reject with the NVMe/RDMA status otherwise), creates
@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use tracing::info;
 
-use nvmf_common::verbs::{Device, ProtectionDomain, VerbsError};
+use nvmf_verbs::{Device, ProtectionDomain, VerbsError};
 
 use crate::params::PortInfo;
 use crate::runtime::{PollGroups, PortError, PortServer};

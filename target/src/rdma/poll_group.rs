@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use nix::sys::epoll::{EpollEvent, EpollFlags};
 use tracing::{debug, info, warn};
 
-use nvmf_common::verbs::{
+use nvmf_common::wire::cqe::CQE_LEN;
+use nvmf_common::wire::sqe::SQE_LEN;
+use nvmf_verbs::{
     post_recv_slots, CompletionQueue, Device, DmaBuffer, MemoryRegion, ProtectionDomain, QueuePair,
     SendOp, SendWr, Sge, SharedReceiveQueue, VerbsError, WcStatus, WorkCompletion,
 };
-use nvmf_common::wire::cqe::CQE_LEN;
-use nvmf_common::wire::sqe::SQE_LEN;
 
 use super::srq::{GroupSrq, SrqSlots};
 use super::{capsule_size, verbs_wr_id, verbs_wr_id_parts, wr_kind};

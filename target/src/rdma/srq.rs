@@ -19,12 +19,12 @@
 //! backlog, in arrival order, until a slot is recycled). Reposts are posted with one
 //! doorbell per pass, after the queues' sends.
 //!
-//! [`QpInit::srq`]: nvmf_common::verbs::QpInit::srq
+//! [`QpInit::srq`]: nvmf_verbs::QpInit::srq
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use nvmf_common::verbs::{
+use nvmf_verbs::{
     post_srq_recv_slots, Access, DmaBuffer, MemoryRegion, ProtectionDomain, SharedReceiveQueue,
     SrqCaps, VerbsError,
 };

@@ -84,9 +84,7 @@ pub trait Transport: Sized + Send + 'static {
 
     /// The registered buffer [`InCapsule::Registered`] offsets point into (the queue's
     /// receive buffer), for fabrics that receive capsules in place.
-    fn in_capsule_buffer(
-        _q: &Self::Queue,
-    ) -> Option<&std::sync::Arc<nvmf_common::verbs::DmaBuffer>> {
+    fn in_capsule_buffer(_q: &Self::Queue) -> Option<&std::sync::Arc<nvmf_verbs::DmaBuffer>> {
         None
     }
     /// The state shared with the listener through the handle.

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use nvmf_common::verbs::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
+use nvmf_verbs::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
 
 use crate::backend::DmaSlice;
 

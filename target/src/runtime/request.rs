@@ -21,10 +21,10 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 
 use nvmf_common::types::{Nsid, Qid};
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sqe::{self, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
+use nvmf_verbs::DmaBuffer;
 
 use super::fused::{self, FuseLink, OpenFused};
 use super::group::Runtime;

@@ -1,10 +1,10 @@
-# The verbs conformance suite (nvmf_common::verbs::conformance, the same functions `cargo test`
+# The verbs conformance suite (nvmf_verbs::conformance, the same functions `cargo test`
 # runs on the soft provider) on the rdma-sys provider over soft-RoCE: both ends of every
 # connection on rxe0 in this guest. The runner prints one line per property: PASS, FAIL with the
 # reason, or N/A with why the provider cannot offer it; any FAIL fails the case.
 . "$INTEROP/lib.sh"
 R="$BIN/verbs-conformance"
-check "the runner was built (cargo build --release -p nvmf-common --example verbs-conformance)" "[ -x '$R' ]"
+check "the runner was built (cargo build --release -p nvmf-verbs --example verbs-conformance)" "[ -x '$R' ]"
 echo "+ $R rdma $GUEST_IP"
 rc=0
 timeout 900 "$R" rdma "$GUEST_IP" > "$LOG/conformance.log" 2>&1 || rc=$?

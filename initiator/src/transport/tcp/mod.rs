@@ -45,12 +45,12 @@ use nvmf_common::tls::{ConfiguredPsk, Socket};
 use nvmf_common::transport::tcp::negotiate::MAX_PDU_DATA;
 use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter, SendData, SendQueue};
 use nvmf_common::types::Qid;
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sgl::SglDescriptor;
 use nvmf_common::wire::sqe::offset as sqe_offset;
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::term_fes_name;
+use nvmf_verbs::DmaBuffer;
 
 use super::{CommandPhase, DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
 

@@ -7,8 +7,8 @@ use crate::backend::rbd::rados::{typeless_addr, ClusterParams};
 use crate::backend::rbd::tests::{pattern, run};
 use crate::backend::rbd::{RbdBackend, EBLOCKLISTED};
 use crate::backend::{Backend, BackendError, DmaSlice, IoChannel, IoOp};
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::status::{path, Sct, Status};
+use nvmf_verbs::DmaBuffer;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,8 @@
 use super::*;
 use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
 use crate::backend::DmaSlice;
-use nvmf_common::verbs::DmaBuffer;
 use nvmf_common::wire::status::{generic, media, path, Sct, Status};
+use nvmf_verbs::DmaBuffer;
 
 #[test]
 fn errno_mapping_gives_precise_statuses() {

@@ -19,7 +19,7 @@ use rdma_sys::{
 };
 
 use super::convert::event_name;
-use crate::verbs::VerbsError;
+use crate::VerbsError;
 
 /// The text of the current `errno`.
 pub(super) fn errno_text() -> String {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::DevShared;
-use crate::verbs::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
+use crate::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
 
 const INDEX_MASK: u32 = 0xffff;
 /// Slots 1..=MAX_INDEX are usable; slot 0 is never handed out.
@@ -260,8 +260,8 @@ impl Drop for SoftPd {
 impl ProtectionDomain for SoftPd {
     fn create_srq(
         &self,
-        caps: crate::verbs::SrqCaps,
-    ) -> Result<Arc<dyn crate::verbs::SharedReceiveQueue>, VerbsError> {
+        caps: crate::SrqCaps,
+    ) -> Result<Arc<dyn crate::SharedReceiveQueue>, VerbsError> {
         let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
             "protection domain is being dropped",
         ))?;

@@ -7,7 +7,7 @@ pub(super) use std::sync::Arc;
 pub(super) use std::thread;
 pub(super) use std::time::{Duration, Instant};
 
-pub(super) use crate::verbs::{
+pub(super) use crate::{
     Access, CompletionQueue, DmaBuffer, Listener, MemoryRegion, ProtectionDomain, QpCaps, QpInit,
     QueuePair, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, SrqCaps, VerbsError, WcOpcode,
     WcStatus, WorkCompletion,
@@ -125,7 +125,7 @@ pub(super) fn qp_init(
 }
 
 /// The passive side of a connection attempt, run on its own thread.
-type Acceptor = Box<dyn FnOnce(Box<dyn crate::verbs::ConnectRequest>) -> Outcome + Send>;
+type Acceptor = Box<dyn FnOnce(Box<dyn crate::ConnectRequest>) -> Outcome + Send>;
 
 /// How a connection attempt went, on both sides.
 pub(super) struct Attempt {
@@ -182,7 +182,7 @@ pub(super) fn attempt(
 pub(super) struct NoListener;
 
 impl Listener for NoListener {
-    fn next_request(&self, _timeout: Duration) -> Option<Box<dyn crate::verbs::ConnectRequest>> {
+    fn next_request(&self, _timeout: Duration) -> Option<Box<dyn crate::ConnectRequest>> {
         None
     }
 

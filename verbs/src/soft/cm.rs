@@ -9,7 +9,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::qp::{self, SoftQp};
 use super::DevShared;
-use crate::verbs::{ConnectRequest, Listener, QpInit, QueuePair, VerbsError};
+use crate::{ConnectRequest, Listener, QpInit, QueuePair, VerbsError};
 
 /// Where a connection request stands.
 enum PState {

@@ -33,7 +33,7 @@ use super::device::DevShared;
 use super::event::CmId;
 use super::pd::{RdmaPd, PDS};
 use super::srq::{RdmaSrq, SRQS};
-use crate::verbs::{ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendWr, VerbsError};
+use crate::{ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendWr, VerbsError};
 
 /// Scratch for building work-request chains (raw pointers into itself while posting).
 #[derive(Default)]

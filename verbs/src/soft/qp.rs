@@ -18,7 +18,7 @@ use super::cq::{Cqe, Credits, Release, SoftCq};
 use super::mr::{KeyCache, Seg, SoftPd};
 use super::srq::SoftSrq;
 use super::DevShared;
-use crate::verbs::{
+use crate::{
     Access, ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError,
     WcOpcode, WcStatus, WorkCompletion,
 };

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 
 use super::counters::bump;
 use super::DevShared;
-use crate::verbs::{CompletionQueue, VerbsError, WorkCompletion};
+use crate::{CompletionQueue, VerbsError, WorkCompletion};
 
 /// Largest CQ the provider creates.
 const MAX_CQE: u32 = 1 << 22;

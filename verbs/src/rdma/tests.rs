@@ -9,7 +9,7 @@ use rdma_sys::{ibv_access_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode};
 use super::convert::*;
 use super::qp::clamp_caps;
 use super::RdmaDevice;
-use crate::verbs::{Access, QpCaps, SendOp, VerbsError, WcOpcode, WcStatus};
+use crate::{Access, QpCaps, SendOp, VerbsError, WcOpcode, WcStatus};
 
 /// IB CM reject reason "consumer defined": the passive side called `rdma_reject`.
 const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;

@@ -3,7 +3,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::verbs::{
+use crate::{
     Access, DmaBuffer, MemoryRegion, QpCaps, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };

@@ -33,12 +33,12 @@ use super::convert::{wc_opcode, wc_status};
 use super::device::{CqMode, DevShared};
 use super::event::os_error;
 use super::registry::Registry;
-use crate::verbs::{CompletionQueue, VerbsError, WorkCompletion};
+use crate::{CompletionQueue, VerbsError, WorkCompletion};
 
 /// Completions taken from the device per `ibv_poll_cq` call.
 const POLL_CHUNK: usize = 32;
 
-/// Every live CQ this provider made, to recognise them in [`crate::verbs::QpInit`].
+/// Every live CQ this provider made, to recognise them in [`crate::QpInit`].
 pub(super) static CQS: Registry<RdmaCq> = Registry::new();
 
 /// How the consumer learns about completions.

@@ -1,6 +1,6 @@
 //! Recognising this provider's objects behind trait objects.
 //!
-//! [`QpInit`](crate::verbs::QpInit) carries `Arc<dyn ProtectionDomain>` and
+//! [`QpInit`](crate::QpInit) carries `Arc<dyn ProtectionDomain>` and
 //! `Arc<dyn CompletionQueue>`; creating a QP needs the `ibv_pd` and `ibv_cq` behind
 //! them. Each live object is entered here under its address (weakly, removed by its
 //! `Drop`); a lookup that finds nothing means the object came from another provider.

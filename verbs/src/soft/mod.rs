@@ -10,7 +10,7 @@
 //!   objects of another device are refused with [`VerbsError::InvalidArgument`].
 //! - **Memory.** Registration puts the buffer into the PD's key table (see the key
 //!   layout in `mr.rs`); addresses are the buffer's real virtual addresses
-//!   ([`DmaBuffer::addr`](crate::verbs::DmaBuffer::addr)). Every access checks key,
+//!   ([`DmaBuffer::addr`](crate::DmaBuffer::addr)). Every access checks key,
 //!   generation, bounds (overflow-safe) and access rights. As with `ibv_reg_mr`,
 //!   `REMOTE_WRITE` requires `LOCAL_WRITE`. Dropping the region deregisters it: its
 //!   keys fail from then on. (Each QP caches a few recently used regions so lookups

@@ -33,7 +33,7 @@ use super::convert::{
 use super::device::DevShared;
 use super::event::{errno, os_error, CmEvent, CmId, EventChannel};
 use super::qp::RdmaQp;
-use crate::verbs::{ConnectRequest, Listener, QpInit, QueuePair, VerbsError};
+use crate::{ConnectRequest, Listener, QpInit, QueuePair, VerbsError};
 
 /// Pending connection requests the kernel queues per listener.
 const LISTEN_BACKLOG: i32 = 128;

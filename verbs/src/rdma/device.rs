@@ -19,7 +19,7 @@ use rdma_sys::{
 
 use super::convert::{clamp_u8, is_wildcard, parse_addr, sockaddr, timeout_ms};
 use super::event::{os_error, CmId, EventChannel};
-use crate::verbs::VerbsError;
+use crate::VerbsError;
 
 /// How a completion queue tells its consumer about new completions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! block in it says why it is sound.
 //!
 //! [`RdmaDevice`] implements [`Device`] and, through it, the other verbs traits with
-//! the semantics [`crate::verbs`] describes, which here are the hardware's own:
+//! the semantics [`crate`] describes, which here are the hardware's own:
 //!
 //! - **Device** ([`device`]): found by address through rdma_cm. A target opens the
 //!   device of its listen address ([`RdmaDevice::for_local_addr`]), a host the device

@@ -1,4 +1,4 @@
-//! Runs the verbs conformance suite (`nvmf_common::verbs::conformance`) on a provider
+//! Runs the verbs conformance suite (`nvmf_verbs::conformance`) on a provider
 //! and prints one line per property: `PASS name`, `FAIL name: reason`, or `N/A name:
 //! reason` for a property the provider declares it cannot offer. Exits 1 when any
 //! property failed, 2 on bad usage or when the device cannot be opened.
@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_common::verbs::conformance::{self, Fabric, Verdict, PROPERTIES};
-use nvmf_common::verbs::soft::SoftDevice;
+use nvmf_verbs::conformance::{self, Fabric, Verdict, PROPERTIES};
+use nvmf_verbs::soft::SoftDevice;
 
 const USAGE: &str = "usage: verbs-conformance [--timeout SECS] [--grace MS] [--first-port PORT] \
                      (rdma IPV4 | soft) [PROPERTY...]";
@@ -80,8 +80,8 @@ fn parse() -> Result<Args, String> {
 
 #[cfg(feature = "rdma")]
 fn rdma_fabric(ip: &str, first_port: u16) -> Result<Fabric, String> {
-    use nvmf_common::verbs::rdma::RdmaDevice;
-    use nvmf_common::verbs::Device;
+    use nvmf_verbs::rdma::RdmaDevice;
+    use nvmf_verbs::Device;
     let dev = RdmaDevice::for_local_addr(&format!("{ip}:0"))
         .map_err(|e| format!("no RDMA device for {ip}: {e}"))?;
     println!("device {} for {ip} (limits {:?})", dev.name(), dev.limits());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::tests::T;
 use super::SoftDevice;
-use crate::verbs::conformance::{self, Fabric, Verdict, PROPERTIES};
+use crate::conformance::{self, Fabric, Verdict, PROPERTIES};
 
 /// A fresh fabric. The RNR timeout is long: conformance properties always post
 /// receives in time, except the one that checks the retry waits for a late one.

@@ -12,9 +12,9 @@ use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_dereg_mr, ibv_mr, ibv_pd, ibv_r
 use super::convert::ibv_access;
 use super::device::DevShared;
 use super::registry::Registry;
-use crate::verbs::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
+use crate::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
 
-/// Every live PD this provider made, to recognise them in [`crate::verbs::QpInit`].
+/// Every live PD this provider made, to recognise them in [`crate::QpInit`].
 pub(super) static PDS: Registry<RdmaPd> = Registry::new();
 
 pub(super) struct RdmaPd {
@@ -74,8 +74,8 @@ impl ProtectionDomain for RdmaPd {
 
     fn create_srq(
         &self,
-        caps: crate::verbs::SrqCaps,
-    ) -> Result<Arc<dyn crate::verbs::SharedReceiveQueue>, VerbsError> {
+        caps: crate::SrqCaps,
+    ) -> Result<Arc<dyn crate::SharedReceiveQueue>, VerbsError> {
         let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
             "protection domain is being dropped",
         ))?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::tests::{connect_pair, recv, reg, send, sge, End, T};
 use super::*;
-use crate::verbs::{Access, MemoryRegion, WcOpcode, WcStatus, WorkCompletion};
+use crate::{Access, MemoryRegion, WcOpcode, WcStatus, WorkCompletion};
 
 #[test]
 fn cross_thread_post_and_poll() {

@@ -17,9 +17,9 @@ use rdma_sys::{
 use super::pd::RdmaPd;
 use super::qp::{post_recv_chain, Scratch};
 use super::registry::Registry;
-use crate::verbs::{RecvWr, SharedReceiveQueue, SrqCaps, VerbsError};
+use crate::{RecvWr, SharedReceiveQueue, SrqCaps, VerbsError};
 
-/// Every live SRQ this provider made, to recognise them in [`crate::verbs::QpInit`].
+/// Every live SRQ this provider made, to recognise them in [`crate::QpInit`].
 pub(super) static SRQS: Registry<RdmaSrq> = Registry::new();
 
 pub(super) struct RdmaSrq {

@@ -1,7 +1,7 @@
 //! Shared receive queues (`ibv_create_srq`, `ibv_post_srq_recv`).
 //!
 //! An SRQ is a receive ring of its own with its own credits; QPs created with it
-//! ([`crate::verbs::QpInit::srq`]) hold an `Arc` to it and take their receives from
+//! ([`crate::QpInit::srq`]) hold an `Arc` to it and take their receives from
 //! its ring instead of theirs. Ownership and ordering:
 //!
 //! - The ring is behind one mutex, taken by `post_srq_recv` and, as a leaf, by a
@@ -28,7 +28,7 @@ use super::cq::Credits;
 use super::mr::SoftPd;
 use super::qp::{RecvRing, MAX_SGE, MAX_WR};
 use super::DevShared;
-use crate::verbs::{RecvWr, SharedReceiveQueue, SrqCaps, VerbsError};
+use crate::{RecvWr, SharedReceiveQueue, SrqCaps, VerbsError};
 
 pub(super) struct SoftSrq {
     dev: Arc<DevShared>,
@@ -116,8 +116,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::verbs::soft::SoftDevice;
-    use crate::verbs::{
+    use crate::soft::SoftDevice;
+    use crate::{
         Access, Device, DmaBuffer, QpCaps, QpInit, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
     };
 
@@ -135,10 +135,10 @@ mod tests {
     ) -> (
         Arc<SoftDevice>,
         Arc<dyn SharedReceiveQueue>,
-        Arc<dyn crate::verbs::QueuePair>,
-        Arc<dyn crate::verbs::QueuePair>,
-        Arc<dyn crate::verbs::CompletionQueue>,
-        Arc<dyn crate::verbs::MemoryRegion>,
+        Arc<dyn crate::QueuePair>,
+        Arc<dyn crate::QueuePair>,
+        Arc<dyn crate::CompletionQueue>,
+        Arc<dyn crate::MemoryRegion>,
     ) {
         let dev = SoftDevice::new();
         let pd = dev.alloc_pd().expect("pd");
@@ -179,7 +179,7 @@ mod tests {
         (dev, srq, active, passive, cq, mr)
     }
 
-    fn sge(mr: &Arc<dyn crate::verbs::MemoryRegion>, off: u64) -> Sge {
+    fn sge(mr: &Arc<dyn crate::MemoryRegion>, off: u64) -> Sge {
         Sge {
             addr: mr.addr() + off,
             length: 64,
@@ -187,7 +187,7 @@ mod tests {
         }
     }
 
-    fn poll_all(cq: &Arc<dyn crate::verbs::CompletionQueue>) -> Vec<WorkCompletion> {
+    fn poll_all(cq: &Arc<dyn crate::CompletionQueue>) -> Vec<WorkCompletion> {
         let mut out = [WorkCompletion::EMPTY; 16];
         let n = cq.poll(&mut out);
         out[..n].to_vec()
@@ -236,7 +236,7 @@ mod tests {
         passive.disconnect();
         assert!(poll_all(&cq)
             .iter()
-            .all(|wc| wc.opcode != crate::verbs::WcOpcode::Recv));
+            .all(|wc| wc.opcode != crate::WcOpcode::Recv));
         assert_eq!(
             srq.post_srq_recv(&[wr]),
             Err(VerbsError::QueueFull("shared receive queue"))

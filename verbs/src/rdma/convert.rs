@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use rdma_sys::{ibv_access_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, rdma_cm_event_type};
 
-use crate::verbs::{Access, SendOp, VerbsError, WcOpcode, WcStatus};
+use crate::{Access, SendOp, VerbsError, WcOpcode, WcStatus};
 
 /// Largest private data an rdma_cm connect request carries on InfiniBand and RoCE
 /// (the IB CM REQ's 92 bytes minus the 36-byte rdma_cm header).
