@@ -57,6 +57,12 @@ static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
 /// that poll groups drop the backend channels they cached for it.
 static NS_RETIRED_EPOCH: AtomicU64 = AtomicU64::new(0);
 
+/// A fresh instance number: backend channel cache keys (namespaces, a passthru
+/// subsystem's admin channel) never repeat.
+pub(crate) fn next_instance() -> u64 {
+    NS_INSTANCE.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The current namespace retirement epoch (see [`Subsystem::remove_namespace`]).
 pub fn ns_retired_epoch() -> u64 {
     NS_RETIRED_EPOCH.load(Ordering::Acquire)
@@ -81,7 +87,7 @@ impl Namespace {
             backend,
             uuid,
             nguid,
-            instance: NS_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            instance: next_instance(),
             anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
             resv: Arc::new(crate::resv::Reservation::new(None)),
             visibility: NsVisibility::default(),
@@ -158,6 +164,8 @@ pub struct Subsystem {
     hosts: RwLock<HashSet<Nqn>>,
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     ctrls: Mutex<CtrlTable>,
+    /// The device of a passthru subsystem, whose namespaces these are.
+    passthru: std::sync::OnceLock<Arc<crate::passthru::serve::PassthruSubsystem>>,
 }
 
 struct CtrlTable {
@@ -180,6 +188,7 @@ impl Subsystem {
             allow_any_host: RwLock::new(p.allow_any_host),
             hosts: RwLock::new(p.allowed_hosts.into_iter().collect()),
             namespaces: RwLock::new(BTreeMap::new()),
+            passthru: std::sync::OnceLock::new(),
             ctrls: Mutex::new(CtrlTable {
                 next: min,
                 min,
@@ -187,6 +196,24 @@ impl Subsystem {
                 live: HashMap::new(),
             }),
         })
+    }
+
+    /// The device this subsystem passes commands to, if it is a passthru subsystem.
+    #[inline]
+    pub fn passthru(&self) -> Option<&Arc<crate::passthru::serve::PassthruSubsystem>> {
+        self.passthru.get()
+    }
+
+    /// Makes this a passthru subsystem of `dev` and adds the device's namespaces;
+    /// once only.
+    pub fn attach_passthru(
+        self: &Arc<Self>,
+        dev: Arc<crate::passthru::serve::PassthruSubsystem>,
+    ) -> Result<(), String> {
+        self.passthru
+            .set(dev.clone())
+            .map_err(|_| format!("{} already has a passthru device", self.nqn))?;
+        dev.attach(self)
     }
 
     pub fn is_discovery(&self) -> bool {
@@ -310,11 +337,15 @@ impl Subsystem {
 
     /// Instances of the namespaces served now (backend channel cache keys).
     pub fn namespace_instances(&self) -> Vec<u64> {
-        self.namespaces
+        let mut v: Vec<u64> = self
+            .namespaces
             .read()
             .values()
             .map(|n| n.instance)
-            .collect()
+            .collect();
+        // A passthru subsystem's admin commands have a channel of their own.
+        v.extend(self.passthru().map(|p| p.admin_instance));
+        v
     }
 
     /// Changes which hosts see namespace `nsid`, in place (no reopen, I/O goes on).

@@ -294,17 +294,14 @@ pub enum DiscoveryScope<'a> {
 
 /// A subsystem as `s` describes it, with every enabled namespace's backend open.
 pub fn build_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, StartError> {
-    if let Some(p) = &s.passthru {
-        // The device layer, Identify fix-ups and admin allowed list exist
-        // (crate::passthru), but no controller routes commands to them yet: serving
-        // the subsystem now would export an empty one, so it is refused by name.
-        return Err(StartError::Invalid(format!(
-            "subsystem {}: passthru subsystems ({}) are not served by this build yet",
-            s.nqn,
-            p.device_path.display()
-        )));
-    }
     let sub = Subsystem::new(subsystem_params(s));
+    if let Some(p) = &s.passthru {
+        let dev = crate::passthru::serve::PassthruSubsystem::open(p)
+            .map_err(|e| StartError::Invalid(format!("subsystem {}: passthru: {e}", s.nqn)))?;
+        sub.attach_passthru(dev)
+            .map_err(|e| StartError::Invalid(format!("subsystem {}: passthru: {e}", s.nqn)))?;
+        return Ok(sub);
+    }
     for n in s.namespaces.iter().filter(|n| n.enable) {
         sub.add_namespace(build_namespace(&s.nqn, n)?)
             .map_err(StartError::Invalid)?;

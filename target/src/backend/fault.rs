@@ -345,7 +345,7 @@ mod tests {
         }
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].0, tag);
-        out.remove(0).1
+        out.remove(0).1.map(|_| ())
     }
 
     fn slice(len: usize, fill: u8) -> DmaSlice {

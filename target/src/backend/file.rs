@@ -51,7 +51,9 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nvmf_verbs::DmaBuffer;
 
 use super::spec::{check_block_size, OpenError};
-use super::{Backend, BackendError, BackendInfo, DmaSlice, IoChannel, IoCompletion, IoOp};
+use super::{
+    Backend, BackendError, BackendInfo, CqeResult, DmaSlice, IoChannel, IoCompletion, IoOp,
+};
 
 /// Submission queue entries per channel (the completion queue has twice as many).
 pub const RING_ENTRIES: u32 = 256;
@@ -669,7 +671,7 @@ impl FileChannel {
             Next::Done(r) => {
                 self.free.push(idx);
                 self.live -= 1;
-                Some((p.tag, r))
+                Some((p.tag, r.map(|()| CqeResult::NONE)))
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use std::os::fd::RawFd;
 
-use super::{BackendError, IoChannel, IoCompletion, IoOp};
+use super::{BackendError, CqeResult, IoChannel, IoCompletion, IoOp};
 
 /// Completions a channel keeps room for before its first `poll`.
 const INLINE_CAPACITY: usize = 256;
@@ -36,7 +36,7 @@ impl<E: InlineExec> IoChannel for InlineChannel<E> {
         op.check_range(self.exec.size_bytes())?;
         self.exec.execute(&op)?;
         // Dropping `op` here releases the buffer: the I/O is over.
-        self.done.push((tag, Ok(())));
+        self.done.push((tag, Ok(CqeResult::NONE)));
         Ok(())
     }
 

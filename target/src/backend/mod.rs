@@ -103,6 +103,19 @@ pub struct CompareAndWrite {
     pub buf: DmaSlice,
 }
 
+/// [`IoChannel::submit_passthru`]: one NVMe command sent to a device as the host
+/// formed it (a passthru subsystem's I/O, or an admin command on the control path).
+/// Only the opcode, NSID, CDW2, CDW3 and CDW10 to CDW15 of `sqe` reach the device;
+/// the data travels in `buf`, in the direction bits 1:0 of the opcode name.
+#[derive(Debug, Clone)]
+pub struct PassthruCmd {
+    pub sqe: [u8; 64],
+    pub buf: Option<DmaSlice>,
+    /// Admin commands: the submitting controller's fabric fields, which the device's
+    /// Identify data is rewritten with. None for I/O commands.
+    pub fabric: Option<Arc<crate::passthru::FabricFields>>,
+}
+
 /// A backend failure; [`BackendError::status`] maps it to what the host sees.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -141,6 +154,10 @@ pub enum BackendError {
     /// A [`CompareAndWrite`] found other data: nothing was written.
     #[error("compare and write: the data differs")]
     Miscompare,
+    /// A passthru device completed the command with an error status: the host gets
+    /// that status and result as the device reported them.
+    #[error("the device completed the command with {status}")]
+    Device { status: Status, result: CqeResult },
 }
 
 impl BackendError {
@@ -167,12 +184,30 @@ impl BackendError {
             BackendError::ReadOnly => Status::generic_dnr(generic::NS_WRITE_PROTECTED),
             BackendError::AccessDenied(_) => Status::dnr(Sct::MediaError, media::ACCESS_DENIED),
             BackendError::Miscompare => Status::media_retryable(media::COMPARE_FAILURE),
+            BackendError::Device { status, .. } => *status,
         }
     }
 }
 
+/// Completion dwords 0 and 1 an operation hands back to the host unchanged: a
+/// passthru command's result (a Zone Append's LBA, a vendor command's answer); zero
+/// for every operation of the block path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CqeResult {
+    pub dw0: u32,
+    pub dw1: u32,
+}
+
+impl CqeResult {
+    /// No result: what every operation but a passthru command completes with.
+    pub const NONE: CqeResult = CqeResult { dw0: 0, dw1: 0 };
+}
+
+/// The outcome of one operation.
+pub type IoResult = Result<CqeResult, BackendError>;
+
 /// A completed I/O: the tag given at submit and its outcome.
-pub type IoCompletion = (u64, Result<(), BackendError>);
+pub type IoCompletion = (u64, IoResult);
 
 /// A storage backend shared by all threads.
 pub trait Backend: Send + Sync {
@@ -221,6 +256,13 @@ pub trait IoChannel: Send {
         _tag: u64,
         _op: CompareAndWrite,
     ) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported)
+    }
+    /// Queues a [`PassthruCmd`]; it completes with the device's result dwords, or
+    /// with [`BackendError::Device`] carrying the device's error status. Only the
+    /// channels of passthru namespaces (and of a passthru controller's admin
+    /// commands) take it.
+    fn submit_passthru(&mut self, _tag: u64, _cmd: PassthruCmd) -> Result<(), BackendError> {
         Err(BackendError::Unsupported)
     }
 }

@@ -86,7 +86,7 @@ impl InlineExec for NullExec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::DmaSlice;
+    use crate::backend::{CqeResult, DmaSlice};
     use nvmf_verbs::DmaBuffer;
     use std::sync::Arc;
 
@@ -146,11 +146,11 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                (1, Ok(())),
-                (2, Ok(())),
-                (3, Ok(())),
-                (4, Ok(())),
-                (5, Ok(()))
+                (1, Ok(CqeResult::NONE)),
+                (2, Ok(CqeResult::NONE)),
+                (3, Ok(CqeResult::NONE)),
+                (4, Ok(CqeResult::NONE)),
+                (5, Ok(CqeResult::NONE))
             ]
         );
         assert_eq!(ch.in_flight(), 0);
@@ -180,7 +180,7 @@ mod tests {
         .unwrap();
         let mut out = Vec::new();
         assert_eq!(ch.poll(&mut out), 1);
-        assert_eq!(out, vec![(7, Ok(()))]);
+        assert_eq!(out, vec![(7, Ok(CqeResult::NONE))]);
         let mut got = vec![0u8; 8192];
         buf.read_at(0, &mut got);
         assert!(got[..100].iter().all(|&b| b == 0xAB));

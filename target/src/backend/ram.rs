@@ -262,7 +262,7 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(ch.poll(&mut out), 1);
         assert_eq!(out[0].0, tag);
-        out[0].1.clone()
+        out[0].1.clone().map(|_| ())
     }
 
     fn read(ch: &mut dyn IoChannel, offset: u64, len: usize) -> Vec<u8> {

@@ -323,7 +323,10 @@ fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
     };
     let value: u64 = match (offset, attrib) {
         (reg::CAP, PROP_SIZE_8) => cap_value(ctrl.params.max_queue_size),
-        (reg::VS, PROP_SIZE_4) => u64::from(NVME_VS_1_3),
+        // A passthru controller reports its device's version, as its Identify does.
+        (reg::VS, PROP_SIZE_4) => {
+            u64::from(ctrl.subsys.passthru().map_or(NVME_VS_1_3, |p| p.version))
+        }
         (reg::CC, PROP_SIZE_4) => u64::from(ctrl.cc().0),
         (reg::CSTS, PROP_SIZE_4) => u64::from(ctrl.csts().0),
         (reg::CRTO, PROP_SIZE_4) => u64::from(crto_value()),

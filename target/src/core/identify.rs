@@ -20,7 +20,9 @@ const RAB: u8 = 6;
 /// CMIC: multiple ports and multiple controllers may exist.
 const CMIC_MULTI_PORT_CTRL: u8 = 0b011;
 /// KAS: keep-alive granularity in 100 ms units.
-const KAS_100MS_UNITS: u16 = 1;
+pub(super) const KAS_100MS_UNITS: u16 = 1;
+/// Abort Command Limit, 0-based: four Aborts outstanding (nvmet reports the same).
+pub(super) const ACL: u8 = 3;
 /// Milliseconds in one KAS unit.
 const MS_PER_KAS_UNIT: u32 = 100;
 
@@ -89,7 +91,7 @@ pub(super) fn controller(ctrl: &Controller, _target: &Target, out: &mut [u8]) {
     } else {
         oaes::NS_ATTR | oaes::ANA_CHANGE
     });
-    id.set_acl(3);
+    id.set_acl(ACL);
     id.set_aerl((AER_LIMIT - 1) as u8);
     id.set_frmw(FRMW_ONE_SLOT_RO);
     // A discovery controller serves neither the SMART nor the Commands Supported and

@@ -27,6 +27,7 @@ mod fabrics;
 mod identify;
 mod io;
 mod logs;
+mod passthru;
 mod resv;
 
 use std::sync::Arc;
@@ -424,6 +425,33 @@ impl ExecCtx {
         Ok(())
     }
 
+    /// [`IoChannel::submit_passthru`] on `ns`'s channel of this thread.
+    fn submit_passthru(
+        &mut self,
+        ns: &Namespace,
+        tag: u64,
+        cmd: crate::backend::PassthruCmd,
+    ) -> Result<(), BackendError> {
+        self.channel(ns)?.submit_passthru(tag, cmd)?;
+        self.mark_dirty(ns);
+        Ok(())
+    }
+
+    /// An admin command of passthru subsystem `pt`, to its admin worker through this
+    /// thread's channel for it.
+    fn submit_device_admin(
+        &mut self,
+        pt: &Arc<crate::passthru::serve::PassthruSubsystem>,
+        tag: u64,
+        cmd: crate::backend::PassthruCmd,
+    ) -> Result<(), BackendError> {
+        let ch = match self.channels.entry(pt.admin_instance) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(pt.admin_channel()?),
+        };
+        ch.submit_passthru(tag, cmd)
+    }
+
     /// Issues queued backend I/O (one system call per io_uring channel).
     pub fn flush(&mut self) {
         self.prune_channels();
@@ -475,7 +503,7 @@ impl ExecCtx {
 /// Step 1: validates `req.sqe` on queue `q`, given the data length the transport's SGL
 /// describes. On success `req.plan` is set.
 pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> Result<(), Status> {
-    let mut plan = parse_inner(q, target, req)?;
+    let mut plan = parse_inner(q, target, req, sgl_len)?;
     if plan.len < sgl_len && longer_sgl_allowed(q, req) && sgl_len <= target.params.max_io_size {
         // nvmet_check_data_len_lte: Dataset Management may carry more than its ranges
         // (the Linux host sends a whole page for a discard); SPDK reads only the ranges
@@ -499,7 +527,12 @@ pub fn parse(q: &QueueCtx, target: &Target, req: &mut Request, sgl_len: u32) -> 
     Ok(())
 }
 
-fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan, Status> {
+fn parse_inner(
+    q: &QueueCtx,
+    target: &Target,
+    req: &mut Request,
+    sgl_len: u32,
+) -> Result<Plan, Status> {
     let cmd = req.cmd();
     let flags = cmd.flags();
     if cmd.fuse() != sqe::fuse::NORMAL && !fusable(q, &cmd) {
@@ -528,12 +561,17 @@ fn parse_inner(q: &QueueCtx, target: &Target, req: &mut Request) -> Result<Plan,
         tracing::debug!(qid = %q.qid, opcode, "command while CC.EN == 0 or CSTS.RDY == 0");
         return Err(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
     }
+    let device = ctrl.subsys.passthru();
     if q.qid.is_admin() {
         if ctrl.subsys.is_discovery() {
             discovery::parse(ctrl, req)
+        } else if let Some(routed) = device.and_then(|d| passthru::parse_admin(d, req, sgl_len)) {
+            routed
         } else {
             admin::parse(ctrl, target, req)
         }
+    } else if device.is_some() {
+        passthru::parse_io(ctrl, req, sgl_len)
     } else {
         io::parse(ctrl, req)
     }
@@ -613,12 +651,17 @@ pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) 
         req.fail(Status::generic_retryable(generic::ABORTED_SQ_DELETION));
         return Outcome::Done;
     }
+    let device = ctrl.subsys.passthru();
     if q.qid.is_admin() {
         if ctrl.subsys.is_discovery() {
             discovery::execute(q, &ctrl, ex, req, tag)
+        } else if let Some(d) = device.filter(|d| passthru::is_device_admin(d, req)) {
+            passthru::execute_admin(d, &ctrl, ex, req, tag)
         } else {
             admin::execute(q, &ctrl, ex, req, tag)
         }
+    } else if device.is_some() {
+        passthru::execute_io(ex, req, tag)
     } else {
         io::execute(&ctrl, ex, req, tag)
     }
@@ -631,19 +674,13 @@ pub fn io_done(
     ex: &mut ExecCtx,
     req: &mut Request,
     tag: u64,
-    result: Result<(), BackendError>,
+    result: crate::backend::IoResult,
 ) -> bool {
-    if let Err(e) = result {
-        if req.status.is_success() {
-            if e == BackendError::Miscompare {
-                // An answer, not a fault: clustered hosts (VMware's ATS heartbeats)
-                // miscompare all the time.
-                tracing::debug!(cid = req.cid(), "compare and write: miscompare");
-            } else {
-                tracing::warn!(cid = req.cid(), opcode = req.opcode(), "backend error: {e}");
-            }
-            req.status = e.status();
-        }
+    match result {
+        // A passthru command's result dwords go back as the device gave them.
+        Ok(r) if r != crate::backend::CqeResult::NONE => (req.dw0, req.dw1) = (r.dw0, r.dw1),
+        Ok(_) => {}
+        Err(e) => backend_failed(req, e),
     }
     req.pending = req.pending.saturating_sub(1);
     if req.pending > 0 {
@@ -665,6 +702,28 @@ pub fn io_done(
     }
     io::finish(req);
     true
+}
+
+/// Records a failed backend operation of `req`; the first failure is the status.
+fn backend_failed(req: &mut Request, e: BackendError) {
+    if !req.status.is_success() {
+        return;
+    }
+    match e {
+        // The device's own answer: its status and result, unchanged.
+        BackendError::Device { status, result } => {
+            tracing::debug!(cid = req.cid(), opcode = req.opcode(), %status, "device error status");
+            (req.status, req.dw0, req.dw1) = (status, result.dw0, result.dw1);
+            return;
+        }
+        // An answer, not a fault: clustered hosts (VMware's ATS heartbeats)
+        // miscompare all the time.
+        BackendError::Miscompare => {
+            tracing::debug!(cid = req.cid(), "compare and write: miscompare")
+        }
+        _ => tracing::warn!(cid = req.cid(), opcode = req.opcode(), "backend error: {e}"),
+    }
+    req.status = e.status();
 }
 
 /// Finds namespace `nsid` for an I/O or admin command.

@@ -7,7 +7,9 @@
 //! the device completes them, so callers run them on the control path, never on a
 //! poll group.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::backend::IoChannel;
 
 use nvmf_common::wire::admin::{cns, opcode, set_identify};
 use nvmf_common::wire::identify::{parse_ns_list, IDENTIFY_LEN, NS_LIST_MAX};
@@ -160,6 +162,22 @@ pub trait NvmeController: Send + Sync {
     /// The generic character device (`/dev/ngXnY`) through which namespace `nsid`
     /// takes I/O commands of any command set, if it has one.
     fn generic_ns_path(&self, nsid: u32) -> Result<Option<PathBuf>, DeviceError>;
+
+    /// Opens one poll group's I/O channel to namespace `nsid`, whose generic
+    /// character device is `generic`: io_uring NVMe passthrough on it.
+    fn open_io(
+        &self,
+        nsid: u32,
+        generic: Option<&Path>,
+    ) -> Result<Box<dyn IoChannel>, DeviceError> {
+        let p = generic.ok_or_else(|| {
+            DeviceError::Gone(std::io::Error::other(format!(
+                "namespace {nsid} of {} has no generic character device (/dev/ngXnY)",
+                self.name()
+            )))
+        })?;
+        Ok(Box::new(super::uring::UringChannel::open(p)?))
+    }
 
     /// The active namespace IDs, ascending: Identify Active Namespace ID list
     /// (CNS 02h) pages, each continuing after the last NSID of the previous one.

@@ -20,6 +20,9 @@ use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
 
 use super::device::{DataBuf, DeviceCompletion, DeviceError, NvmeController};
+use super::fake_io::FakeIo;
+use crate::backend::IoChannel;
+use std::sync::Arc;
 
 /// The fake's model, serial and firmware: what a host must see through passthru.
 pub const FAKE_MODEL: &str = "Fake NVMe SSD";
@@ -64,6 +67,8 @@ pub struct FakeController {
     pub namespaces: BTreeMap<u32, FakeNamespace>,
     canned: Mutex<BTreeMap<u8, Canned>>,
     received: Mutex<Vec<Received>>,
+    /// The I/O side: blocks, zones and the I/O commands received.
+    pub io: Arc<FakeIo>,
 }
 
 impl FakeController {
@@ -111,11 +116,16 @@ impl FakeController {
             .iter()
             .map(|&nsid| (nsid, fake_namespace(nsid)))
             .collect();
+        let io = Arc::new(FakeIo::default());
+        for &nsid in nsids {
+            io.add_namespace(nsid, FAKE_BLOCK_SIZE, FAKE_BLOCKS);
+        }
         FakeController {
             id_ctrl,
             namespaces,
             canned: Mutex::new(BTreeMap::new()),
             received: Mutex::new(Vec::new()),
+            io,
         }
     }
 
@@ -174,9 +184,13 @@ impl FakeController {
     }
 }
 
+/// Blocks of each fake namespace, and their size (format 0).
+pub const FAKE_BLOCKS: u64 = 16 << 20;
+pub const FAKE_BLOCK_SIZE: usize = 512;
+
 /// Namespace `nsid`: 16 Mi blocks of 512 bytes, format 1 with 8 bytes of metadata.
 fn fake_namespace(nsid: u32) -> FakeNamespace {
-    const BLOCKS: u64 = 16 << 20;
+    const BLOCKS: u64 = FAKE_BLOCKS;
     let mut id_ns = vec![0u8; IDENTIFY_LEN];
     let nguid = [nsid as u8; 16];
     let eui64 = [0xE0 | nsid as u8; 8];
@@ -286,6 +300,14 @@ impl NvmeController for FakeController {
 
     fn generic_ns_path(&self, nsid: u32) -> Result<Option<PathBuf>, DeviceError> {
         Ok(self.namespaces.get(&nsid).map(|n| n.generic_path.clone()))
+    }
+
+    fn open_io(
+        &self,
+        _nsid: u32,
+        _generic: Option<&std::path::Path>,
+    ) -> Result<Box<dyn IoChannel>, DeviceError> {
+        Ok(Box::new(self.io.channel()))
     }
 }
 

@@ -32,7 +32,7 @@ use super::sgl::{self, HostData};
 use super::stats::{self, bump};
 use super::watch;
 use super::{tag, tag_parts, PoolBuf, Transport};
-use crate::backend::{BackendError, DmaSlice};
+use crate::backend::DmaSlice;
 use crate::core::{self, DataDir, Outcome, QueueCtx, Request};
 use crate::metrics::cell::{IoCell, CLASS_OTHER, CLASS_READ, CLASS_WRITE};
 use nvmf_common::wire::{admin, nvm};
@@ -581,7 +581,7 @@ impl<T: Transport> Runtime<T> {
     }
 
     /// A backend operation finished.
-    pub(super) fn on_backend(&mut self, t: &mut T, tg: u64, res: Result<(), BackendError>) {
+    pub(super) fn on_backend(&mut self, t: &mut T, tg: u64, res: crate::backend::IoResult) {
         let (gen, qi, si) = tag_parts(tg);
         let Some(q) = queue_at(&mut self.queues, qi) else {
             return;

@@ -117,7 +117,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::spec::{check_block_size, OpenError, RbdOptions, DEFAULT_BLOCK_SIZE};
-use super::{Backend, BackendError, BackendInfo, IoChannel, IoCompletion, IoOp};
+use super::{Backend, BackendError, BackendInfo, CqeResult, IoChannel, IoCompletion, IoOp};
 
 /// Ceph's errno for a client that was blocklisted (fenced) by the monitors: Linux's
 /// `ESHUTDOWN`, 108.
@@ -403,7 +403,7 @@ impl RbdChannel {
     /// Queues a completion that did not go through librbd, and makes the eventfd
     /// readable so a sleeping poll group comes to reap it.
     fn complete_later(&mut self, tag: u64, r: Result<(), BackendError>) {
-        self.ready.push((tag, r));
+        self.ready.push((tag, r.map(|()| CqeResult::NONE)));
         self.mailbox.signal();
     }
 
@@ -436,7 +436,7 @@ impl RbdChannel {
             self.issue(slot, p.tag, Kind::Flush, 0, ffi::Request::Flush);
             return None;
         } else {
-            Ok(())
+            Ok(CqeResult::NONE)
         };
         self.free.push(slot);
         Some((p.tag, result))

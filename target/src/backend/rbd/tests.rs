@@ -91,7 +91,7 @@ pub(super) fn run(ch: &mut dyn IoChannel, tag: u64, op: IoOp) -> Result<(), Back
         ch.poll(&mut out);
         if let Some((t, r)) = out.pop() {
             assert_eq!(t, tag);
-            return r;
+            return r.map(|_| ());
         }
         assert!(
             Instant::now() < deadline,
