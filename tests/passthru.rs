@@ -269,3 +269,50 @@ fn admin_commands_follow_the_allowed_list() {
     let (c, _) = h.admin_read(sqe, 512);
     assert_eq!((c.status, c.dw0), (busy, 0x55));
 }
+
+#[test]
+fn a_device_that_goes_away_takes_its_namespaces_and_the_target_survives() {
+    let dev = Arc::new(FakeController::new(&[1, 2]));
+    let t = serve("/dev/nvme-fake-gone", dev.clone());
+    let mut h = Host::connect(&t);
+    let mut data = vec![0x5Au8; 4096];
+    let c = h.io(rw(0x01, 1, 0, 8), &mut data, DataDir::ToCtrl);
+    assert!(c.status.is_success(), "{}", c.status);
+    dev.unplug();
+    // In flight when the node vanishes: a path error the host may retry elsewhere.
+    let c = h.io(rw(0x02, 1, 0, 8), &mut data, DataDir::FromCtrl);
+    assert!(
+        c.status.is(
+            Sct::PathRelated,
+            nvmf_common::wire::status::path::INTERNAL_PATH_ERROR
+        ) && !c.status.dnr,
+        "{}",
+        c.status
+    );
+    // The control path finds the device gone and removes its namespaces: the host is
+    // told (Namespace Attribute Changed) and its I/O is Invalid Namespace from then on.
+    let ev = nvmf_tests::ops_support::wait_aer(&h.ctrl);
+    assert_eq!(
+        ev & 0xFF07,
+        u32::from(nvmf_common::wire::admin::aer_notice::NS_ATTR_CHANGED) << 8
+            | u32::from(nvmf_common::wire::admin::aer_type::NOTICE),
+        "event {ev:#x}"
+    );
+    let c = h.io(rw(0x02, 2, 0, 8), &mut data, DataDir::FromCtrl);
+    assert!(
+        c.status.is(Sct::Generic, generic::INVALID_NAMESPACE),
+        "{}",
+        c.status
+    );
+    // The target goes on: a new host's Connect and Property Gets are the target's;
+    // its Identify Controller reaches the gone device and fails with a path error.
+    match connect_as(&t.fabric(1), 2, &sub(), 1, 5000) {
+        Ok(_) => panic!("Identify of a gone device succeeded"),
+        Err(e) => assert!(e.to_string().contains("Identify"), "{e}"),
+    }
+    let c = h
+        .ctrl
+        .admin_execute(command::keep_alive(), None, DataDir::None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.status.is_success(), "{}", c.status);
+}

@@ -146,6 +146,14 @@ impl FakeController {
         self.received.lock().iter().map(|r| r.sqe[0]).collect()
     }
 
+    /// Pulls the device: every later admin and I/O command fails as on a removed
+    /// device node (ENODEV).
+    pub fn unplug(&self) {
+        self.io
+            .unplugged
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Forgets what was received.
     pub fn clear_received(&self) {
         self.received.lock().clear()
@@ -244,6 +252,9 @@ impl NvmeController for FakeController {
         cmd: &Sqe<[u8; SQE_LEN]>,
         data: DataBuf<'_>,
     ) -> Result<DeviceCompletion, DeviceError> {
+        if self.io.unplugged.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(DeviceError::from_errno(nix::errno::Errno::ENODEV));
+        }
         let op = cmd.opcode();
         if !data.matches_opcode(op) {
             return Err(DeviceError::Direction {

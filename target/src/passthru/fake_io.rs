@@ -41,6 +41,8 @@ pub struct FakeIo {
     media: Mutex<HashMap<u32, FakeMedia>>,
     canned: Mutex<HashMap<u8, DeviceCompletion>>,
     received: Mutex<Vec<[u8; SQE_LEN]>>,
+    /// The device was pulled: every command fails as on a vanished device node.
+    pub unplugged: std::sync::atomic::AtomicBool,
 }
 
 impl FakeIo {
@@ -169,6 +171,17 @@ impl IoChannel for FakeIoChannel {
     }
 
     fn submit_passthru(&mut self, tag: u64, mut cmd: PassthruCmd) -> Result<(), BackendError> {
+        if self.io.unplugged.load(std::sync::atomic::Ordering::Acquire) {
+            let gone = super::device::DeviceError::from_errno(nix::errno::Errno::ENODEV);
+            self.done.push((
+                tag,
+                Err(BackendError::Device {
+                    status: gone.status(),
+                    result: CqeResult::NONE,
+                }),
+            ));
+            return Ok(());
+        }
         let sqe = Sqe::new_unchecked(cmd.sqe);
         let c = self.io.run(&sqe, &mut cmd.buf);
         let result = CqeResult {

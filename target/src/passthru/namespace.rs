@@ -9,7 +9,7 @@
 //! Identify data ([`super::exec`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::admin::{cns, set_identify};
@@ -17,8 +17,12 @@ use nvmf_common::wire::identify::{flbas_index, IdentifyNamespace, IDENTIFY_LEN};
 use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 
 use super::device::{DataBuf, DeviceError, NvmeController};
-use crate::backend::{Backend, BackendError, BackendInfo, CqeResult, IoChannel};
+use super::serve::PassthruSubsystem;
+use crate::backend::{
+    Backend, BackendError, BackendInfo, CqeResult, IoChannel, IoCompletion, IoOp, PassthruCmd,
+};
 use crate::subsystem::Namespace;
+use nvmf_common::wire::status::{path, Sct};
 
 /// A block size for namespaces whose Identify Namespace names none (a command set
 /// without LBAs, e.g. key-value): the smallest an NVM namespace has.
@@ -33,6 +37,8 @@ pub struct PassthruBackend {
     nsid: u32,
     /// The generic character device the I/O goes to, found once at start.
     generic: Option<PathBuf>,
+    /// Told when a command finds the device gone.
+    owner: Weak<PassthruSubsystem>,
 }
 
 impl PassthruBackend {
@@ -48,7 +54,8 @@ impl Backend for PassthruBackend {
     }
 
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError> {
-        self.dev
+        let inner = self
+            .dev
             .open_io(self.nsid, self.generic.as_deref())
             .map_err(|e| {
                 tracing::warn!(device = %self.dev.name(), nsid = self.nsid, error = %e, "cannot open the namespace's I/O channel");
@@ -56,7 +63,55 @@ impl Backend for PassthruBackend {
                     status: e.status(),
                     result: CqeResult::NONE,
                 }
-            })
+            })?;
+        Ok(Box::new(Watched {
+            inner,
+            owner: self.owner.clone(),
+        }))
+    }
+}
+
+/// A namespace's channel that tells its subsystem when a command finds the device
+/// gone (the status a vanished device node completes with), so the control path
+/// can check the device and take its namespaces away from the hosts.
+struct Watched {
+    inner: Box<dyn IoChannel>,
+    owner: Weak<PassthruSubsystem>,
+}
+
+fn device_gone(c: &IoCompletion) -> bool {
+    matches!(&c.1, Err(BackendError::Device { status, .. })
+        if status.is(Sct::PathRelated, path::INTERNAL_PATH_ERROR))
+}
+
+impl IoChannel for Watched {
+    fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
+        self.inner.submit(tag, op)
+    }
+    fn submit_passthru(&mut self, tag: u64, cmd: PassthruCmd) -> Result<(), BackendError> {
+        self.inner.submit_passthru(tag, cmd)
+    }
+    fn flush(&mut self) {
+        self.inner.flush()
+    }
+    fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize {
+        let before = out.len();
+        let n = self.inner.poll(out);
+        if out
+            .get(before..)
+            .is_some_and(|new| new.iter().any(device_gone))
+        {
+            if let Some(o) = self.owner.upgrade() {
+                o.device_lost();
+            }
+        }
+        n
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.event_fd()
     }
 }
 
@@ -77,7 +132,11 @@ fn identify_namespace(dev: &dyn NvmeController, nsid: u32) -> Result<Vec<u8>, De
 }
 
 /// The backend and namespace of the device's namespace `nsid`.
-pub fn build_namespace(dev: &Arc<dyn NvmeController>, nsid: u32) -> Result<Namespace, DeviceError> {
+pub fn build_namespace(
+    dev: &Arc<dyn NvmeController>,
+    nsid: u32,
+    owner: Weak<PassthruSubsystem>,
+) -> Result<Namespace, DeviceError> {
     let page = identify_namespace(dev.as_ref(), nsid)?;
     let id = IdentifyNamespace::new_unchecked(&page[..]);
     let lbads = id.lbaf(usize::from(flbas_index(id.flbas()))).ds;
@@ -107,6 +166,7 @@ pub fn build_namespace(dev: &Arc<dyn NvmeController>, nsid: u32) -> Result<Names
         dev: dev.clone(),
         nsid,
         generic,
+        owner,
     };
     Ok(Namespace::new(
         Nsid(nsid),
@@ -117,9 +177,12 @@ pub fn build_namespace(dev: &Arc<dyn NvmeController>, nsid: u32) -> Result<Names
 }
 
 /// Every active namespace of the device.
-pub fn build_namespaces(dev: &Arc<dyn NvmeController>) -> Result<Vec<Namespace>, DeviceError> {
+pub fn build_namespaces(
+    dev: &Arc<dyn NvmeController>,
+    owner: &Weak<PassthruSubsystem>,
+) -> Result<Vec<Namespace>, DeviceError> {
     dev.active_namespaces()?
         .into_iter()
-        .map(|nsid| build_namespace(dev, nsid))
+        .map(|nsid| build_namespace(dev, nsid, owner.clone()))
         .collect()
 }

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -24,7 +25,9 @@ use nvmf_common::types::Nsid;
 use nvmf_common::wire::sqe::Sqe;
 use nvmf_common::wire::status::{generic, Status};
 
-use super::device::{opcode_moves_from_device, opcode_moves_to_device, NvmeController};
+use super::device::{
+    opcode_moves_from_device, opcode_moves_to_device, DeviceError, NvmeController,
+};
 use super::exec::AdminOutcome;
 use super::ioctl::CharDevice;
 use super::namespace::{build_namespace, build_namespaces};
@@ -58,6 +61,8 @@ pub struct PassthruSubsystem {
     pub version: u32,
     /// The subsystem, for rescans after commands that change namespaces.
     subsys: OnceLock<Weak<Subsystem>>,
+    /// A check of the device after a command found it gone is under way.
+    checking_loss: AtomicBool,
 }
 
 impl PassthruSubsystem {
@@ -91,13 +96,14 @@ impl PassthruSubsystem {
             admin_instance: crate::subsystem::next_instance(),
             version,
             subsys: OnceLock::new(),
+            checking_loss: AtomicBool::new(false),
         }))
     }
 
     /// Binds the subsystem this device serves, and adds its namespaces.
     pub fn attach(self: &Arc<Self>, subsys: &Arc<Subsystem>) -> Result<(), String> {
         let _ = self.subsys.set(Arc::downgrade(subsys));
-        let nss = build_namespaces(&self.dev)
+        let nss = build_namespaces(&self.dev, &Arc::downgrade(self))
             .map_err(|e| format!("{}: cannot read its namespaces: {e}", self.dev.name()))?;
         for ns in nss {
             subsys.add_namespace(ns)?;
@@ -120,10 +126,59 @@ impl PassthruSubsystem {
         }))
     }
 
+    /// A command found the device gone (its node vanished: unplugged, reset away):
+    /// checks the device off the poll group, once at a time. Called on a poll group;
+    /// never blocks.
+    pub fn device_lost(self: &Arc<Self>) {
+        if self.checking_loss.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("passthru-lost".to_string())
+            .spawn(move || {
+                me.check_after_loss();
+                me.checking_loss.store(false, Ordering::Release);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(device = %self.dev.name(), "cannot check a lost device: {e}");
+            self.checking_loss.store(false, Ordering::Release);
+        }
+    }
+
+    /// After a loss: a device that no longer answers has its namespaces removed, so
+    /// hosts get Namespace Attribute Changed and stop sending (I/O to them is now
+    /// Invalid Namespace) while the target and its other subsystems go on; one
+    /// that answers is rescanned (a namespace may have gone).
+    fn check_after_loss(self: &Arc<Self>) {
+        let Some(subsys) = self.subsys.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        match self.dev.active_namespaces() {
+            Ok(_) => self.rescan(),
+            Err(DeviceError::Gone(e)) => {
+                let gone = subsys.active_nsids();
+                if gone.is_empty() {
+                    return;
+                }
+                tracing::error!(
+                    device = %self.dev.name(), subnqn = %subsys.nqn, error = %e,
+                    "the passthru device is gone: its namespaces {gone:?} are removed from the subsystem"
+                );
+                for nsid in gone {
+                    subsys.remove_namespace(Nsid(nsid));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(device = %self.dev.name(), error = %e, "a command found the device gone, but it answers otherwise; namespaces kept");
+            }
+        }
+    }
+
     /// Reads the device's namespaces again and brings the subsystem's in line:
     /// new ones added, gone ones removed, the others replaced (their size or format
     /// may have changed). Blocking: runs on the admin worker.
-    fn rescan(&self) {
+    fn rescan(self: &Arc<Self>) {
         let Some(subsys) = self.subsys.get().and_then(Weak::upgrade) else {
             return;
         };
@@ -141,7 +196,7 @@ impl PassthruSubsystem {
             }
         }
         for nsid in now {
-            let ns = match build_namespace(&self.dev, nsid) {
+            let ns = match build_namespace(&self.dev, nsid, Arc::downgrade(self)) {
                 Ok(ns) => ns,
                 Err(e) => {
                     tracing::warn!(device = %self.dev.name(), nsid, error = %e, "rescan: cannot read a namespace");

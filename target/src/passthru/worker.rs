@@ -115,6 +115,11 @@ impl Drop for AdminWorker {
     fn drop(&mut self) {
         self.tx = None;
         if let Some(t) = self.thread.take() {
+            // Dropped by a job's own callback (it held the last reference to the
+            // subsystem): the thread ends by itself once its queue is empty.
+            if t.thread().id() == std::thread::current().id() {
+                return;
+            }
             if t.join().is_err() {
                 tracing::error!("the passthru admin worker panicked");
             }
