@@ -30,6 +30,9 @@ const SUB: &str = "nqn.2024-01.io.nvmf-rs:passthru";
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A vendor specific I/O opcode without data (80h and up are vendor specific).
 const VENDOR_IO: u8 = 0x80;
+/// Zone Management Send (ZNS), and its Reset Zone action (CDW13 ZSA 04h).
+const ZONE_MGMT_SEND: u8 = 0x79;
+const ZSA_RESET: u32 = 0x04;
 
 fn sub() -> Nqn {
     Nqn::new(SUB).unwrap_or_else(|e| panic!("{e}"))
@@ -125,6 +128,10 @@ fn the_host_sees_the_device_with_the_fabric_fields_ours() {
     assert_eq!(id.cntlid(), h.ctrl.cntlid().0);
     assert_ne!(id.cntlid(), FAKE_CNTLID);
     assert_eq!(nvmf_common::wire::field_to_string(id.subnqn()), SUB);
+    // CAP.CSS reports I/O command sets (zoned, key-value namespaces), so the host
+    // may enable the controller with CC.CSS = 110b.
+    let css = (h.ctrl.cap().0 >> 37) & 0xFF;
+    assert_eq!(css, 0b0100_0001, "CAP.CSS {css:#x}");
     // VS agrees with Identify VER: the device's (1.4).
     assert_eq!(h.ctrl.vs(), id.ver());
     assert_eq!(h.ctrl.vs(), nvmf_target::passthru::fake::FAKE_VERSION);
@@ -192,6 +199,15 @@ fn io_reaches_the_device_as_formed_and_its_answers_come_back_unchanged() {
         (last.opcode(), last.nsid(), last.cdw13()),
         (VENDOR_IO, 1, 0xABCD)
     );
+    // A host-to-controller opcode may carry no data (Zone Management Send resetting
+    // a zone): it reaches the device.
+    let mut reset = Sqe::new_unchecked(rw(0x00, 1, ZONE_BLOCKS, 1));
+    reset.set_opcode(ZONE_MGMT_SEND);
+    reset.set_cdw13(ZSA_RESET);
+    let c = h.io(reset.into_inner(), &mut [], DataDir::None);
+    assert!(c.status.is_success(), "zone reset: {}", c.status);
+    let got = dev.io.received();
+    assert_eq!(got.last().map(|s| s[0]), Some(ZONE_MGMT_SEND));
     // A bidirectional opcode (11b) cannot be described by one buffer: refused here.
     let before = dev.io.received().len();
     let mut bidi = Sqe::new_unchecked(rw(0x00, 1, 0, 1));

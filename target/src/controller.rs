@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use nvmf_common::types::{Cntlid, Nqn, Nsid, Qid};
 use nvmf_common::wire::admin::{aen_cfg, aer_notice, aer_result, aer_type};
-use nvmf_common::wire::fabrics::{shn, shst, Cc, Csts};
+use nvmf_common::wire::fabrics::{cc_css, shn, shst, Cc, Csts};
 use nvmf_common::wire::log::lid;
 use nvmf_common::wire::status::Status;
 
@@ -284,9 +284,11 @@ impl Controller {
         let old = g.cc;
         g.cc = new;
         if new.en() && !old.en() {
-            // Enable: the host must pick 64-byte SQEs, 16-byte CQEs and the NVM command set.
-            if new.iosqes() != IOSQES || new.iocqes() != IOCQES || new.css() != 0 || new.mps() != 0
-            {
+            // Enable: the host must pick 64-byte SQEs, 16-byte CQEs and the NVM command
+            // set, or all I/O command sets where CAP.CSS reports them (passthru).
+            let css_ok = new.css() == cc_css::NVM
+                || (new.css() == cc_css::CSI && self.subsys.passthru().is_some());
+            if new.iosqes() != IOSQES || new.iocqes() != IOCQES || !css_ok || new.mps() != 0 {
                 warn!(cntlid = %self.cntlid, cc = format!("{:#x}", new.0), "enable with unsupported CC fields");
                 g.csts = g.csts.with_cfs(true);
                 return Status::SUCCESS;

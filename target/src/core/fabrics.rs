@@ -297,12 +297,21 @@ fn connect(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request) -> Result<(), 
 /// Namespace (CNS 08h), which we do not serve, and skip a namespace whose CNS 08h
 /// fails; VS 2.0 would also promise what 2.0 makes mandatory. CRMS is reserved in
 /// 1.3, so a 1.3 host ignores it.
-pub(crate) fn cap_value(max_queue_size: u16) -> u64 {
+/// `io_command_sets`: the controller serves other I/O command sets than NVM (a
+/// passthru subsystem's zoned or key-value namespaces), so CAP.CSS also reports
+/// "one or more I/O command sets" and the host may enable it with CC.CSS = 110b
+/// (nvmet reports it for every controller; ours only where a namespace needs it).
+pub(crate) fn cap_value(max_queue_size: u16, io_command_sets: bool) -> u64 {
+    let css = if io_command_sets {
+        cap_css::NVM | cap_css::CSI
+    } else {
+        cap_css::NVM
+    };
     Cap::default()
         .with_mqes(max_queue_size.saturating_sub(1))
         .with_cqr(true)
         .with_to(CAP_TIMEOUT_UNITS as u8)
-        .with_css(cap_css::NVM)
+        .with_css(css)
         .with_crms(cap_crms::CRWMS)
         .0
 }
@@ -322,7 +331,9 @@ fn property_get(q: &QueueCtx, req: &mut Request) -> Result<(), Status> {
         (p.attrib() & PROP_SIZE_MASK, p.offset())
     };
     let value: u64 = match (offset, attrib) {
-        (reg::CAP, PROP_SIZE_8) => cap_value(ctrl.params.max_queue_size),
+        (reg::CAP, PROP_SIZE_8) => {
+            cap_value(ctrl.params.max_queue_size, ctrl.subsys.passthru().is_some())
+        }
         // A passthru controller reports its device's version, as its Identify does.
         (reg::VS, PROP_SIZE_4) => {
             u64::from(ctrl.subsys.passthru().map_or(NVME_VS_1_3, |p| p.version))

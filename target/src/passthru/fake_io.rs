@@ -17,7 +17,7 @@ use nvmf_common::wire::nvm;
 use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
 
-use super::device::{opcode_moves_from_device, opcode_moves_to_device, DeviceCompletion};
+use super::device::DeviceCompletion;
 use crate::backend::{BackendError, CqeResult, IoChannel, IoCompletion, IoOp, PassthruCmd};
 
 /// Zone Append (ZNS command set).
@@ -94,8 +94,8 @@ impl FakeIo {
         let len = usize::try_from(nlb)
             .unwrap_or(usize::MAX)
             .saturating_mul(m.block_size);
-        let moving = opcode_moves_to_device(op) || opcode_moves_from_device(op);
-        if moving && data.as_ref().map(|d| d.len) != Some(len) {
+        let block_io = matches!(op, nvm::opcode::READ | nvm::opcode::WRITE | ZONE_APPEND);
+        if block_io && data.as_ref().map(|d| d.len) != Some(len) {
             return fail(Status::generic_dnr(generic::DATA_SGL_LENGTH_INVALID));
         }
         if slba.checked_add(nlb).is_none_or(|end| end > m.nblocks) {

@@ -193,9 +193,10 @@ impl UringChannel {
         let Ok(len32) = u32::try_from(len) else {
             return self.refuse(w.tag, DeviceError::TooLarge(len));
         };
-        // A buffer the opcode does not move, or a moving opcode without one, would
-        // have the kernel read or write what the host did not mean.
-        if moves != (len > 0) || (len > 0 && addr == 0) {
+        // A buffer the opcode does not move would have the kernel read or write what
+        // the host did not mean. A moving opcode may move nothing (Zone Management
+        // Send resetting a zone carries no data).
+        if len > 0 && (!moves || addr == 0) {
             return self.refuse(w.tag, DeviceError::Direction { opcode: op, len });
         }
         let idx = match self.free.pop() {

@@ -88,7 +88,8 @@ check "fio (TCP) reported no error" "grep -q 'err= 0' '$LOG/fio-tcp.txt'"
 # The zoned namespace: the host must see it as host-managed zones.
 DEV2=/dev/$(wait_nvme_ns "$NQN" 2 60) || { echo "FAIL: namespace 2 has no disk"; exit 1; }
 expect "namespace 2 is zoned" "host-managed" cat "/sys/block/${DEV2#/dev/}/queue/zoned"
-expect "report zones" "SLBA: +0x0 .*WP: +0x0|SLBA: 0x0 .*WP: 0x0|Zone" nvme zns report-zones "$DEV2" -d 2
+expect "report zones: 8 empty zones of 8 MiB" "nr_zones: 8" nvme zns report-zones "$DEV2" -d 2
+expect "zone 0 empty" "SLBA: +0 +WP: +0 " nvme zns report-zones "$DEV2" -d 1
 run "one block of data" dd if=/dev/urandom of="$WORK/blk" bs=4096 count=1 status=none
 expect "zone append to zone 0" "Success appended data to LBA|appended data to LBA" \
   nvme zns zone-append "$DEV2" --zslba=0 --data-size=4096 --data="$WORK/blk"
