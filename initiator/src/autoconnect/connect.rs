@@ -127,7 +127,10 @@ pub fn connect_subsystem(
     let mut unusable = Vec::new();
     let mut first_err = None;
     for p in &found.paths {
-        match connector.fabric(&p.addr, &found.subnqn, profile, p.requires_tls()) {
+        // A configured key means TLS everywhere (nvme-cli's --tls applies to every
+        // connection); an entry that requires it without a key fails in the connector.
+        let tls = p.requires_tls() || profile.tls_psk.is_some();
+        match connector.fabric(&p.addr, &found.subnqn, profile, tls) {
             Ok(f) => {
                 named.push((p.addr.to_string(), f));
                 paths.push(p.clone());

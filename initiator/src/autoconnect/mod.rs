@@ -43,14 +43,7 @@ pub enum Problem {
     /// A spec that cannot be used (its transport, host identity, a secret...).
     Spec { source: String, error: Error },
     /// A discovery controller (a starting one or a referral) that could not be read.
-    Discovery {
-        controller: PortAddr,
-        subnqn: String,
-        /// The spec the walk started from.
-        source: String,
-        referred_by: Option<PortAddr>,
-        error: Error,
-    },
+    Discovery(Box<DiscoveryProblem>),
     /// A subsystem that no path connected to.
     Subsystem {
         subnqn: String,
@@ -59,13 +52,24 @@ pub enum Problem {
     },
 }
 
+/// A discovery controller that could not be read.
+#[derive(Debug)]
+pub struct DiscoveryProblem {
+    pub controller: PortAddr,
+    pub subnqn: String,
+    /// The spec the walk started from.
+    pub source: String,
+    /// The discovery controller whose referral led here (None: a starting one).
+    pub referred_by: Option<PortAddr>,
+    pub error: Error,
+}
+
 impl Problem {
     /// The error behind it.
     pub fn error(&self) -> &Error {
         match self {
-            Problem::Spec { error, .. }
-            | Problem::Discovery { error, .. }
-            | Problem::Subsystem { error, .. } => error,
+            Problem::Spec { error, .. } | Problem::Subsystem { error, .. } => error,
+            Problem::Discovery(d) => &d.error,
         }
     }
 }
@@ -75,13 +79,14 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Problem::Spec { error, .. } => write!(f, "{error}"),
-            Problem::Discovery {
-                controller,
-                subnqn,
-                source,
-                referred_by,
-                error,
-            } => {
+            Problem::Discovery(d) => {
+                let DiscoveryProblem {
+                    controller,
+                    subnqn,
+                    source,
+                    referred_by,
+                    error,
+                } = d.as_ref();
                 write!(f, "discovery controller {controller}")?;
                 if subnqn != nvmf_common::types::DISCOVERY_NQN {
                     write!(f, " ({subnqn})")?;

@@ -20,7 +20,7 @@ use nvmf_common::types::{Nqn, DISCOVERY_NQN};
 use nvmf_common::wire::log::{adrfam, eflags, subtype, tcp_sectype, treq, trtype};
 
 use super::profile::{ConnectAllOptions, Connector, Profile};
-use super::Problem;
+use super::{DiscoveryProblem, Problem};
 use crate::discovery::{discover_log_with, trtype_str, DiscoveryEntry, DiscoveryLog};
 use crate::error::Error;
 
@@ -180,12 +180,14 @@ impl Walker<'_> {
             debug!(%addr, subnqn, "discovery controller already visited in this walk");
             return;
         }
-        let problem = |error: Error| Problem::Discovery {
-            controller: addr.clone(),
-            subnqn: subnqn.to_owned(),
-            source: profile.source.clone(),
-            referred_by: referred_by.cloned(),
-            error,
+        let problem = |error: Error| {
+            Problem::Discovery(Box::new(DiscoveryProblem {
+                controller: addr.clone(),
+                subnqn: subnqn.to_owned(),
+                source: profile.source.clone(),
+                referred_by: referred_by.cloned(),
+                error,
+            }))
         };
         let log = Nqn::new(subnqn)
             .map_err(|e| Error::Protocol(format!("discovery subsystem NQN {subnqn:?}: {e}")))
