@@ -261,7 +261,7 @@ fn a_subsystem_refusing_this_host_is_reported_and_the_other_connects() {
     assert_eq!(problems.len(), 1);
     let st = problems[0]
         .error()
-        .status()
+        .and_then(|e| e.status())
         .unwrap_or_else(|| panic!("no NVMe status: {}", problems[0]));
     assert!(
         st.is(Sct::CommandSpecific, cmd_specific::CONNECT_INVALID_HOST),
@@ -286,4 +286,37 @@ fn a_subsystem_hidden_from_this_host_is_neither_listed_nor_an_error() {
     let names: Vec<&str> = r.connected.iter().map(|s| s.subnqn.as_str()).collect();
     assert_eq!(names, vec![A]);
     assert!(r.is_success());
+}
+
+#[test]
+fn a_path_that_cannot_be_reached_is_reported_while_its_subsystem_connects() {
+    let l = lab(None, None, ANY_HOST);
+    let o = opts();
+    let profile = Profile::resolve(&spec(l.p1), &o).unwrap_or_else(|e| panic!("{e}"));
+    let start = (
+        PortAddr::new(trtype::TCP, "127.0.0.1", &l.p1.to_string()),
+        DISCOVERY_NQN.to_string(),
+    );
+    let mut found = walk(
+        &[start],
+        std::slice::from_ref(&profile),
+        &o,
+        &FabricLogReader(&NetConnector),
+    );
+    // A second port the log could have named, where nothing listens.
+    let dead = free_port();
+    let mut extra = found.subsystems[0].paths[0].clone();
+    extra.addr.trsvcid = dead.to_string();
+    found.subsystems[0].paths.push(extra);
+    let c = connect_subsystem(&found.subsystems[0], &profile, &o, &NetConnector)
+        .unwrap_or_else(|p| panic!("{p}"));
+    assert_eq!(c.set.link(0), PathLink::Connected);
+    let problems: Vec<String> = c.path_problems().iter().map(ToString::to_string).collect();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let want = format!("subsystem {A}: path tcp traddr=127.0.0.1,trsvcid={dead} not connected:");
+    assert!(
+        problems[0].contains(&want) && problems[0].contains("connection refused"),
+        "{}",
+        problems[0]
+    );
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tracing::info;
 
 use nvmf_common::types::Nqn;
+use nvmf_common::wire::identify::cmic;
 
 use super::profile::{ConnectAllOptions, Connector, Profile};
 use super::walk::{FoundSubsystem, SubsystemPath};
@@ -51,7 +52,8 @@ impl std::fmt::Debug for ConnectedSubsystem {
 pub struct PathReport {
     pub path: SubsystemPath,
     pub link: PathLink,
-    /// The path's ANA state from its ANA log (connected paths only).
+    /// The path's ANA state from its ANA log (connected paths of controllers that
+    /// report ANA only).
     pub ana: Option<PathState>,
 }
 
@@ -61,7 +63,8 @@ impl PathReport {
     pub fn state_words(&self) -> String {
         match &self.link {
             PathLink::Connected => match self.ana {
-                Some(PathState::Optimized) | None => "live optimized".into(),
+                None => "live".into(),
+                Some(PathState::Optimized) => "live optimized".into(),
                 Some(PathState::NonOptimized) => "live non-optimized".into(),
                 Some(PathState::Unusable) => "live inaccessible".into(),
             },
@@ -86,7 +89,11 @@ impl ConnectedSubsystem {
             .enumerate()
             .map(|(i, p)| {
                 let link = self.set.link(i);
-                let ana = (link == PathLink::Connected).then(|| self.set.state(i));
+                let reports_ana = self
+                    .set
+                    .with_controller(i, |c| c.id_ctrl().cmic & cmic::ANA != 0)
+                    .unwrap_or(false);
+                let ana = (link == PathLink::Connected && reports_ana).then(|| self.set.state(i));
                 PathReport {
                     path: p.clone(),
                     link,
@@ -102,6 +109,19 @@ impl ConnectedSubsystem {
             ana: None,
         }));
         v
+    }
+
+    /// A problem for each path not connected now (the subsystem itself is up).
+    pub fn path_problems(&self) -> Vec<Problem> {
+        self.path_reports()
+            .into_iter()
+            .filter(|p| p.link != PathLink::Connected)
+            .map(|p| Problem::Path {
+                subnqn: self.subnqn.clone(),
+                state: p.state_words(),
+                addr: p.path.addr,
+            })
+            .collect()
     }
 }
 

@@ -44,6 +44,14 @@ pub enum Problem {
     Spec { source: String, error: Error },
     /// A discovery controller (a starting one or a referral) that could not be read.
     Discovery(Box<DiscoveryProblem>),
+    /// A path of a connected subsystem that is not connected (it is retried in the
+    /// background while the set lives, unless refused).
+    Path {
+        subnqn: String,
+        addr: PortAddr,
+        /// Its state in words, with the last error.
+        state: String,
+    },
     /// A subsystem that no path connected to.
     Subsystem {
         subnqn: String,
@@ -65,11 +73,12 @@ pub struct DiscoveryProblem {
 }
 
 impl Problem {
-    /// The error behind it.
-    pub fn error(&self) -> &Error {
+    /// The error behind it (a path's is in its state words).
+    pub fn error(&self) -> Option<&Error> {
         match self {
-            Problem::Spec { error, .. } | Problem::Subsystem { error, .. } => error,
-            Problem::Discovery(d) => &d.error,
+            Problem::Spec { error, .. } | Problem::Subsystem { error, .. } => Some(error),
+            Problem::Discovery(d) => Some(&d.error),
+            Problem::Path { .. } => None,
         }
     }
 }
@@ -97,6 +106,11 @@ impl fmt::Display for Problem {
                 }
                 write!(f, " could not be read: {error}")
             }
+            Problem::Path {
+                subnqn,
+                addr,
+                state,
+            } => write!(f, "subsystem {subnqn}: path {addr} not connected: {state}"),
             Problem::Subsystem {
                 subnqn,
                 hostnqn,
@@ -181,7 +195,10 @@ pub fn connect_all(
             continue;
         };
         match connect_subsystem(sub, profile, opts, connector) {
-            Ok(c) => report.connected.push(c),
+            Ok(c) => {
+                report.problems.extend(c.path_problems());
+                report.connected.push(c);
+            }
             Err(p) => report.problems.push(p),
         }
     }
