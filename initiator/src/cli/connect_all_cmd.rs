@@ -113,6 +113,7 @@ pub struct ConnectAllArgs {
     /// Seconds before an outstanding command is reported as stuck (0: never).
     #[arg(long = "stuck-warn", value_name = "SECS", default_value_t = DEFAULT_STUCK_WARN_SECS)]
     pub stuck_warn: u64,
+    /// normal (like `nvme list-subsys`) or json.
     #[arg(
         long = "output-format",
         short = 'o',
