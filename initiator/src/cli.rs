@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 mod admin_cmd;
 mod args;
+mod connect_all_cmd;
 mod io_cmd;
 mod log_cmd;
 mod log_print;
@@ -60,6 +61,9 @@ pub struct Cli {
 pub enum Command {
     /// Read the discovery log page (like `nvme discover`).
     Discover(DiscoverArgs),
+    /// Discover (following referrals) and connect every subsystem found through all
+    /// its paths, then list them (like `nvme connect-all` and `nvme list-subsys`).
+    ConnectAll(connect_all_cmd::ConnectAllArgs),
     /// Print Identify Controller and Identify Namespace (like `nvme id-ctrl` / `id-ns`).
     Identify(IdentifyArgs),
     /// List the active namespaces.
@@ -128,6 +132,8 @@ pub enum Command {
 pub enum CliError {
     Usage(String),
     Failed(Error),
+    /// A failure whose details were printed already; this sums it up (exit 1).
+    Reported(String),
 }
 
 impl From<Error> for CliError {
@@ -190,6 +196,7 @@ pub fn main() -> ExitCode {
     init_logging(cli.verbose);
     let r = match &cli.command {
         Command::Discover(a) => query_cmd::discover(a),
+        Command::ConnectAll(a) => connect_all_cmd::connect_all_cmd(a, cli.verbose > 0),
         Command::Identify(a) => query_cmd::identify(a),
         Command::List(a) => query_cmd::list(a),
         Command::Read(a) => io_cmd::read(a),
@@ -232,6 +239,10 @@ pub fn main() -> ExitCode {
         }
         Err(CliError::Failed(e)) => {
             eprintln!("error: {e}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+        Err(CliError::Reported(m)) => {
+            eprintln!("error: {m}");
             ExitCode::from(EXIT_FAILURE)
         }
     }

@@ -9,6 +9,8 @@
 //!   keep-alive and shutdown.
 //! - [`namespace`]: reads, writes and friends on one namespace over one queue.
 //! - [`discovery`]: the discovery log page.
+//! - [`autoconnect`]: `connect-all`: discovery.conf, the discovery walk with referrals,
+//!   and every subsystem found connected through all its paths.
 //! - [`hostnqn`]: the host's NQN and host identifier.
 //! - [`reconnect`]: reconnect with back-off after a lost connection (ctrl-loss-tmo).
 //! - [`requeue`]: new I/O queues for the threads of `perf` and `map` after a reconnect.
@@ -16,6 +18,7 @@
 //! - [`map`]: a remote namespace exported locally (an NBD server).
 //! - [`loopback`]: the in-process target used by `-t loopback`.
 
+pub mod autoconnect;
 pub mod command;
 pub mod controller;
 pub mod discovery;

@@ -49,7 +49,7 @@ fn uuid_str(b: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*b).hyphenated().to_string()
 }
 
-fn ns_json(n: &NamespaceInfo) -> serde_json::Value {
+pub(super) fn ns_json(n: &NamespaceInfo) -> serde_json::Value {
     json!({
         "nsid": n.nsid.0,
         "nsze": n.nsze,

@@ -252,6 +252,7 @@ fn usage_errors_before_connecting() {
             assert!(e.to_string().contains("-t rdma to 192.0.2.1:4420"), "{e}")
         }
         Err(CliError::Usage(m)) => panic!("usage error instead of a device error: {m}"),
+        Err(CliError::Reported(m)) => panic!("a summary instead of a device error: {m}"),
         Ok(_) => panic!("no RDMA device reaches 192.0.2.1"),
     }
     assert!(

@@ -23,7 +23,7 @@ use std::str::FromStr;
 
 pub use crate::reconnect::path_state;
 pub use queues::PathQueues;
-pub use set::PathSet;
+pub use set::{PathLink, PathSet};
 
 /// How a command's path is chosen (the Linux host's `iopolicy` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

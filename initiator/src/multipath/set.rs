@@ -50,6 +50,23 @@ struct PathInner {
     reconnecting: bool,
     /// Never again (refused, another namespace, lost past ctrl-loss-tmo).
     given_up: bool,
+    /// Why the last connect attempt failed (cleared once connected), for reports.
+    last_error: Option<String>,
+}
+
+/// How one path's connection stands, for reports (`connect-all`, a daemon's status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathLink {
+    Connected,
+    /// Not connected now; reconnecting in the background.
+    Reconnecting {
+        last_error: Option<String>,
+    },
+    /// Not connected, and never tried again (refused, another namespace, lost past
+    /// ctrl-loss-tmo).
+    GivenUp {
+        error: Option<String>,
+    },
 }
 
 /// Every path to one subsystem's namespace, shared by the I/O threads.
@@ -57,7 +74,9 @@ pub struct PathSet {
     pub(super) paths: Vec<Path>,
     opts: ConnectOptions,
     pub(super) policy: ReconnectPolicy,
-    nsid: Nsid,
+    /// The namespace every path must serve alike (None: a whole subsystem, checked by
+    /// the Connect itself naming the subsystem NQN).
+    nsid: Option<Nsid>,
     workers: usize,
     identity: Mutex<Option<NsIdentity>>,
     stop: Arc<AtomicBool>,
@@ -77,6 +96,28 @@ impl PathSet {
         nsid: Nsid,
         workers: usize,
     ) -> Result<Arc<PathSet>, Error> {
+        Self::connect_inner(paths, opts, policy, Some(nsid), workers)
+    }
+
+    /// [`PathSet::connect`] for a whole subsystem (`opts.subnqn`) rather than one of
+    /// its namespaces: every path's controller serves all of them, so no namespace's
+    /// identity is compared (a subsystem may have none yet).
+    pub fn connect_subsystem(
+        paths: Vec<(String, Arc<dyn Fabric>)>,
+        opts: ConnectOptions,
+        policy: ReconnectPolicy,
+        workers: usize,
+    ) -> Result<Arc<PathSet>, Error> {
+        Self::connect_inner(paths, opts, policy, None, workers)
+    }
+
+    fn connect_inner(
+        paths: Vec<(String, Arc<dyn Fabric>)>,
+        opts: ConnectOptions,
+        policy: ReconnectPolicy,
+        nsid: Option<Nsid>,
+        workers: usize,
+    ) -> Result<Arc<PathSet>, Error> {
         let set = Arc::new(PathSet {
             paths: paths
                 .into_iter()
@@ -91,6 +132,7 @@ impl PathSet {
                         spare: Vec::new(),
                         reconnecting: false,
                         given_up: false,
+                        last_error: None,
                     }),
                 })
                 .collect(),
@@ -108,6 +150,9 @@ impl PathSet {
                 Ok(()) => connected += 1,
                 Err(e) => {
                     warn!(path = i, "multipath: path not connected: {e}");
+                    if let Some(p) = set.paths.get(i) {
+                        p.inner.lock().last_error = Some(e.to_string());
+                    }
                     if retryable(&e) {
                         set.start_reconnect(i);
                     } else if let Some(p) = set.paths.get(i) {
@@ -146,6 +191,30 @@ impl PathSet {
         })
     }
 
+    /// Path `i`'s name, as given to [`PathSet::connect`].
+    pub fn name(&self, i: usize) -> Option<&str> {
+        self.paths.get(i).map(|p| p.name.as_str())
+    }
+
+    /// How path `i`'s connection stands now.
+    pub fn link(&self, i: usize) -> PathLink {
+        let Some(p) = self.paths.get(i) else {
+            return PathLink::GivenUp { error: None };
+        };
+        let g = p.inner.lock();
+        if g.ctrl.is_some() {
+            PathLink::Connected
+        } else if g.given_up {
+            PathLink::GivenUp {
+                error: g.last_error.clone(),
+            }
+        } else {
+            PathLink::Reconnecting {
+                last_error: g.last_error.clone(),
+            }
+        }
+    }
+
     /// The controller of path `i` (for the caller's own admin commands), if connected.
     pub fn with_controller<R>(&self, i: usize, f: impl FnOnce(&Controller) -> R) -> Option<R> {
         let p = self.paths.get(i)?;
@@ -160,13 +229,13 @@ impl PathSet {
             .get(i)
             .ok_or_else(|| Error::InvalidArgument(format!("no path {i}")))?;
         let mut ctrl = Controller::connect(p.fabric.clone(), self.opts.clone())?;
-        let ns = ctrl.namespace(self.nsid)?;
-        let id = NsIdentity {
-            nguid: ns.nguid,
-            eui64: ns.eui64,
-            uuid: ns.uuid,
-        };
-        {
+        if let Some(nsid) = self.nsid {
+            let ns = ctrl.namespace(nsid)?;
+            let id = NsIdentity {
+                nguid: ns.nguid,
+                eui64: ns.eui64,
+                uuid: ns.uuid,
+            };
             let mut known = self.identity.lock();
             match known.as_ref() {
                 None => *known = Some(id),
@@ -175,7 +244,7 @@ impl PathSet {
                     let _ = ctrl.shutdown();
                     return Err(Error::InvalidArgument(format!(
                         "path {} ({}) serves another namespace {} (its NGUID/EUI-64/UUID differ)",
-                        i, p.name, self.nsid
+                        i, p.name, nsid
                     )));
                 }
             }
@@ -195,6 +264,7 @@ impl PathSet {
         g.spare = queues.into_iter().map(Some).collect();
         g.ctrl = Some(ctrl);
         g.reconnecting = false;
+        g.last_error = None;
         p.state.store(state as u8, Ordering::Release);
         let generation = p.generation.fetch_add(1, Ordering::AcqRel) + 1;
         info!(path = i, name = %p.name, ?state, generation, "multipath: path connected");
@@ -314,6 +384,9 @@ fn reconnector(set: Weak<PathSet>, stop: Arc<AtomicBool>, i: usize) {
                 return;
             }
             Err(e) => {
+                if let Some(p) = s.paths.get(i) {
+                    p.inner.lock().last_error = Some(e.to_string());
+                }
                 let give_up = !retryable(&e)
                     || s.policy
                         .ctrl_loss_tmo
