@@ -537,6 +537,26 @@ pub struct NamespaceConfig {
     /// Rate limits (SPDK's `bdev_set_qos_limit`); all 0 (the default): unlimited.
     #[serde(default, skip_serializing_if = "QosConfig::is_unlimited")]
     pub qos: QosConfig,
+    /// How I/O reaches an NVMe namespace's block device: through the block layer
+    /// (`block`, the default) or as NVMe commands by io_uring passthrough on its
+    /// generic device `/dev/ngXnY` (`passthru`).
+    #[serde(default, skip_serializing_if = "IoPath::is_block")]
+    pub io_path: IoPath,
+}
+
+/// [`NamespaceConfig::io_path`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoPath {
+    #[default]
+    Block,
+    Passthru,
+}
+
+impl IoPath {
+    pub fn is_block(&self) -> bool {
+        *self == IoPath::Block
+    }
 }
 
 impl NamespaceConfig {
@@ -560,6 +580,7 @@ impl NamespaceConfig {
             auto_visible: true,
             visible_to: Vec::new(),
             qos: QosConfig::default(),
+            io_path: IoPath::Block,
         }
     }
 

@@ -110,3 +110,59 @@ fn one_passthru_subsystem_per_device() {
     assert_eq!(e.path, "subsystems[1].passthru.device_path");
     assert!(e.message.contains("subsystems[0]"), "{e}");
 }
+
+/// A block namespace with `io_path`.
+fn block_ns(device_path: &str, extra: &str) -> String {
+    format!(
+        "\
+ports:
+  - portid: 1
+    trtype: loopback
+    subsystems: [nqn.2024-01.io.nvmf-rs:blk]
+subsystems:
+  - nqn: nqn.2024-01.io.nvmf-rs:blk
+    allow_any_host: true
+    namespaces:
+      - {{ nsid: 1, device_path: \"{device_path}\", io_path: passthru{extra} }}
+"
+    )
+}
+
+#[test]
+fn io_path_passthru_parses_and_prints_back() {
+    let c = Config::from_yaml_str(&block_ns("/dev/nvme0n1", ""), ORIGIN).unwrap();
+    let n = &c.subsystems[0].namespaces[0];
+    assert_eq!(n.io_path, IoPath::Passthru);
+    let again = Config::from_yaml_str(&c.to_yaml().unwrap(), "printed").unwrap();
+    assert_eq!(again, c);
+    // The default is the block path, and is not printed.
+    let mut d = c.clone();
+    d.subsystems[0].namespaces[0].io_path = IoPath::Block;
+    assert!(!d.to_yaml().unwrap().contains("io_path"));
+}
+
+#[test]
+fn io_path_passthru_needs_an_nvme_namespace_block_device() {
+    for (path, extra, why) in [
+        ("ram:4M", "", "NVMe namespace block device"),
+        ("/dev/sda", "", "NVMe namespace block device"),
+        ("/dev/nvme0", "", "NVMe namespace block device"),
+        ("/dev/nvme0n1p1", "", "NVMe namespace block device"),
+        (
+            "/dev/nvme0n1",
+            ", buffered_io: true",
+            "buffered_io must be false",
+        ),
+        (
+            "/dev/nvme0n1",
+            ", block_size: 4096",
+            "block_size must not be set",
+        ),
+    ] {
+        let e = error_of(&block_ns(path, extra)).to_string();
+        assert!(
+            e.contains("io_path") && e.contains(why),
+            "{path}{extra}: {e}"
+        );
+    }
+}

@@ -667,6 +667,35 @@ fn check_namespace(c: &mut Checker<'_>, config: &Config, ns: &NamespaceConfig, n
         Ok(None) => {}
     }
 
+    if ns.io_path == super::IoPath::Passthru {
+        let ip = n.key("io_path");
+        let nvme_block = ns
+            .device_path
+            .strip_prefix("/dev/nvme")
+            .is_some_and(|r| r.contains('n') && !r.contains('c') && !r.contains('p'));
+        if !nvme_block {
+            c.err(
+                &ip,
+                format!(
+                    "passthru needs an NVMe namespace block device (/dev/nvmeXnY), not {}",
+                    ns.device_path
+                ),
+            );
+        }
+        if ns.buffered_io {
+            c.err(
+                &ip,
+                "passthru bypasses the page cache: buffered_io must be false".to_string(),
+            );
+        }
+        if ns.block_size.is_some() {
+            c.err(
+                &ip,
+                "passthru uses the device's block size: block_size must not be set".to_string(),
+            );
+        }
+    }
+
     let is_rbd = ns.device_path.starts_with("rbd:");
     for (key, set) in [
         ("ceph_conf", ns.ceph_conf.is_some()),

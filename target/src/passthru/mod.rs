@@ -25,6 +25,7 @@
 //!
 //! The core routes a passthru controller's commands here (`core/passthru.rs`).
 
+pub mod block_path;
 pub mod device;
 pub mod exec;
 pub mod fake;

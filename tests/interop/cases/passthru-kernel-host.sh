@@ -8,16 +8,22 @@
 # Opcode without reaching the drive. On the conventional namespace a verifying fio job (I/O
 # through io_uring NVMe passthrough on /dev/ng0n1); on the zoned one `nvme zns report-zones`,
 # a zone append (the LBA written comes back), a zone reset and fio `zonemode=zbd` with verify.
-# Then the same drive over RDMA: Identify and a verifying fio job. Clean target log.
+# Then the same drive over RDMA: Identify and a verifying fio job. Last, the drive's first
+# namespace as an ordinary block namespace with `io_path: passthru` (item 2: the block
+# operations sent as NVMe commands through io_uring passthrough on /dev/ng0n1): a verifying
+# fio job, a discard (Dataset Management) and zeroing (Write Zeroes) read back. Clean logs.
 . "$INTEROP/lib.sh"
 NQN=nqn.2024-01.io.nvmf-rs:passthru-ssd
+NQN2=nqn.2024-01.io.nvmf-rs:passthru-blk
 T="$BIN/nvmf-target"
 CFG="$WORK/pt.yaml"
 export NO_COLOR=1
 
 cleanup() {
   nvme disconnect -n "$NQN" > /dev/null 2>&1
+  nvme disconnect -n "$NQN2" > /dev/null 2>&1
   stop_bg target
+  stop_bg target2
   # Later cases must not meet a local NVMe controller.
   rmmod nvme 2> /dev/null
 }
@@ -113,3 +119,31 @@ run "fio verify on namespace 1 (RDMA)" fio --name=pt-rdma --filename="$DEV1" --d
 check "fio (RDMA) reported no error" "grep -q 'err= 0' '$LOG/fio-rdma.txt'"
 run "disconnect RDMA" nvme disconnect -n "$NQN"
 run "target log clean" log_clean target
+run "stop the passthru target" stop_bg target
+
+# io_path: passthru on a block namespace of the same drive.
+cat > "$WORK/blk.yaml" <<YAML
+ports:
+  - { portid: 1, trtype: tcp, adrfam: ipv4, traddr: $GUEST_IP, trsvcid: "4420", subsystems: [$NQN2] }
+subsystems:
+  - nqn: $NQN2
+    allow_any_host: true
+    namespaces:
+      - { nsid: 1, device_path: ${LOCAL}n1, io_path: passthru }
+YAML
+start_bg target2 "$T" --config "$WORK/blk.yaml"
+wait_port "$GUEST_IP" 4420 120
+run "the namespace takes the passthrough path" wait_log target2 "I/O by io_uring NVMe passthrough"
+run "connect (block namespace, io_path passthru)" nvme connect -t tcp -a "$GUEST_IP" -s 4420 -n "$NQN2"
+DEVB=/dev/$(wait_nvme_ns "$NQN2" 1 60) || { echo "FAIL: the block namespace has no disk"; exit 1; }
+run "fio verify (io_path passthru)" fio --name=pt-blk --filename="$DEVB" --direct=1 \
+  --ioengine=libaio --rw=randrw --bs=16k --iodepth=16 --size=32M --verify=crc32c \
+  --do_verify=1 --verify_fatal=1 --output="$LOG/fio-blk.txt"
+check "fio (io_path passthru) reported no error" "grep -q 'err= 0' '$LOG/fio-blk.txt'"
+run "ones written" sh -c "tr '\\000' '\\377' < /dev/zero | dd of='$DEVB' bs=1M count=2 oflag=direct iflag=fullblock status=none"
+run "zero the first MiB (Write Zeroes)" blkdiscard -z -o 0 -l 1048576 "$DEVB"
+run "it reads back as zeroes" sh -c "dd if='$DEVB' bs=1M count=1 iflag=direct status=none | cmp -n 1048576 - /dev/zero"
+run "the second MiB still holds ones" sh -c "dd if='$DEVB' bs=1M skip=1 count=1 iflag=direct status=none | tr -d '\\377' | wc -c | grep -qx 0"
+run "discard the second MiB (Dataset Management)" blkdiscard -o 1048576 -l 1048576 "$DEVB"
+run "disconnect" nvme disconnect -n "$NQN2"
+run "target log clean (io_path passthru)" log_clean target2
