@@ -349,13 +349,12 @@ pub fn build_namespace(subnqn: &Nqn, n: &NamespaceConfig) -> Result<Namespace, S
         crate::config::IoPath::Block => backend,
         crate::config::IoPath::Passthru => {
             let path = std::path::Path::new(&n.device_path);
-            let (generic, nsid) =
-                crate::passthru::block_path::generic_of_block(path).map_err(|e| {
-                    StartError::Invalid(format!("{subnqn} nsid {}: io_path passthru: {e}", n.nsid))
-                })?;
-            tracing::info!(subnqn = %subnqn, nsid = %n.nsid, generic = %generic.display(), "I/O by io_uring NVMe passthrough");
+            let node = crate::passthru::block_path::generic_of_block(path).map_err(|e| {
+                StartError::Invalid(format!("{subnqn} nsid {}: io_path passthru: {e}", n.nsid))
+            })?;
+            tracing::info!(subnqn = %subnqn, nsid = %n.nsid, generic = %node.path.display(), max_transfer = node.max_transfer, "I/O by io_uring NVMe passthrough");
             Arc::new(crate::passthru::block_path::PassthruIoBackend::new(
-                backend, generic, nsid,
+                backend, node,
             ))
         }
     };

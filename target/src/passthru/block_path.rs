@@ -20,8 +20,10 @@ use nvmf_verbs::DmaBuffer;
 
 use super::uring::UringChannel;
 use crate::backend::{
-    Backend, BackendError, BackendInfo, DmaSlice, IoChannel, IoCompletion, IoOp, PassthruCmd,
+    Backend, BackendError, BackendInfo, CqeResult, DmaSlice, IoChannel, IoCompletion, IoOp,
+    PassthruCmd,
 };
+use std::collections::HashMap;
 
 /// Write FUA: CDW12 bit 30.
 const RW_FUA: u32 = 1 << 30;
@@ -51,9 +53,35 @@ fn node_nsid(path: &Path) -> Result<u32, String> {
     u32::try_from(id).map_err(|_| format!("{}: NSID {id}", path.display()))
 }
 
+/// The generic device of an NVMe namespace block device, as [`generic_of_block`]
+/// finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenericNode {
+    pub path: PathBuf,
+    pub nsid: u32,
+    /// The most one passthrough command may move (the queue's `max_hw_sectors_kb`):
+    /// unlike the block layer, passthrough does not split.
+    pub max_transfer: usize,
+}
+
+/// Bytes per KiB, for `max_hw_sectors_kb`.
+const KIB: usize = 1024;
+/// When sysfs does not say: 128 KiB, what every NVMe controller takes (MDTS 5).
+const FALLBACK_MAX_TRANSFER: usize = 128 * KIB;
+
+/// `max_hw_sectors_kb` of block device `name`, in bytes.
+fn max_transfer(name: &str) -> usize {
+    std::fs::read_to_string(format!("/sys/block/{name}/queue/max_hw_sectors_kb"))
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .and_then(|kb| kb.checked_mul(KIB))
+        .filter(|&b| b > 0)
+        .unwrap_or(FALLBACK_MAX_TRANSFER)
+}
+
 /// The generic device `/dev/ngXnY` of NVMe namespace block device `block`
 /// (`/dev/nvmeXnY`), checked to be the same namespace (its NSID).
-pub fn generic_of_block(block: &Path) -> Result<(PathBuf, u32), String> {
+pub fn generic_of_block(block: &Path) -> Result<GenericNode, String> {
     let real = std::fs::canonicalize(block).map_err(|e| format!("{}: {e}", block.display()))?;
     let name = real
         .file_name()
@@ -87,24 +115,23 @@ pub fn generic_of_block(block: &Path) -> Result<(PathBuf, u32), String> {
             generic.display()
         ));
     }
-    Ok((generic, a))
+    Ok(GenericNode {
+        path: generic,
+        nsid: a,
+        max_transfer: max_transfer(name),
+    })
 }
 
 /// A block backend whose channels take the passthrough path.
 pub struct PassthruIoBackend {
     inner: Arc<dyn Backend>,
-    generic: PathBuf,
-    nsid: u32,
+    node: GenericNode,
 }
 
 impl PassthruIoBackend {
-    /// `inner` (the block device opened as usual) served through `generic`, NSID `nsid`.
-    pub fn new(inner: Arc<dyn Backend>, generic: PathBuf, nsid: u32) -> Self {
-        PassthruIoBackend {
-            inner,
-            generic,
-            nsid,
-        }
+    /// `inner` (the block device opened as usual) served through `node`.
+    pub fn new(inner: Arc<dyn Backend>, node: GenericNode) -> Self {
+        PassthruIoBackend { inner, node }
     }
 }
 
@@ -114,14 +141,18 @@ impl Backend for PassthruIoBackend {
     }
 
     fn open_channel(&self) -> Result<Box<dyn IoChannel>, BackendError> {
-        let ring = UringChannel::open(&self.generic).map_err(|e| {
-            tracing::warn!(path = %self.generic.display(), error = %e, "cannot open the passthrough I/O channel");
+        let ring = UringChannel::open(&self.node.path).map_err(|e| {
+            tracing::warn!(path = %self.node.path.display(), error = %e, "cannot open the passthrough I/O channel");
             BackendError::Io(libc::EIO)
         })?;
+        let lba_shift = self.inner.info().block_size.trailing_zeros();
         Ok(Box::new(NvmeBlockChannel {
             ring,
-            nsid: self.nsid,
-            lba_shift: self.inner.info().block_size.trailing_zeros(),
+            nsid: self.node.nsid,
+            lba_shift,
+            // Whole blocks, and at least one.
+            max_transfer: (self.node.max_transfer >> lba_shift << lba_shift).max(1 << lba_shift),
+            parts: HashMap::new(),
         }))
     }
 
@@ -135,6 +166,55 @@ struct NvmeBlockChannel {
     ring: UringChannel,
     nsid: u32,
     lba_shift: u32,
+    /// The most one command moves (bytes, whole blocks).
+    max_transfer: usize,
+    /// Operations sent as several commands: commands still out, and the first error.
+    parts: HashMap<u64, (usize, Option<BackendError>)>,
+}
+
+/// `op` as operations each within `max` bytes of data (Read and Write split at
+/// `max`, Write Zeroes at the 16-bit block count; the others whole).
+fn split(op: IoOp, max: usize, lba_shift: u32) -> Vec<IoOp> {
+    let cut = |offset: u64, len: usize, step: usize| -> Vec<(u64, usize, usize)> {
+        (0..len)
+            .step_by(step.max(1))
+            .map(|at| (offset + at as u64, at, step.min(len - at)))
+            .collect()
+    };
+    match op {
+        IoOp::Read { offset, buf } if buf.len > max => cut(offset, buf.len, max)
+            .into_iter()
+            .filter_map(|(o, at, n)| {
+                let b = DmaSlice::new(buf.buf.clone(), buf.offset + at, n)?;
+                Some(IoOp::Read { offset: o, buf: b })
+            })
+            .collect(),
+        IoOp::Write { offset, buf, fua } if buf.len > max => cut(offset, buf.len, max)
+            .into_iter()
+            .filter_map(|(o, at, n)| {
+                let b = DmaSlice::new(buf.buf.clone(), buf.offset + at, n)?;
+                Some(IoOp::Write {
+                    offset: o,
+                    buf: b,
+                    fua,
+                })
+            })
+            .collect(),
+        IoOp::WriteZeroes { offset, len } if len > MAX_BLOCKS_PER_CMD << lba_shift => {
+            let step = (MAX_BLOCKS_PER_CMD << lba_shift) as usize;
+            match usize::try_from(len) {
+                Ok(l) => cut(offset, l, step)
+                    .into_iter()
+                    .map(|(o, _, n)| IoOp::WriteZeroes {
+                        offset: o,
+                        len: n as u64,
+                    })
+                    .collect(),
+                Err(_) => vec![IoOp::WriteZeroes { offset, len }],
+            }
+        }
+        op => vec![op],
+    }
 }
 
 /// The NVM command for `op` on namespace `nsid` with `lba_shift`-bit blocks, and
@@ -205,8 +285,19 @@ pub fn nvm_command(op: IoOp, nsid: u32, lba_shift: u32) -> Result<PassthruCmd, B
 
 impl IoChannel for NvmeBlockChannel {
     fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
-        let cmd = nvm_command(op, self.nsid, self.lba_shift)?;
-        self.ring.submit_passthru(tag, cmd)
+        let ops = split(op, self.max_transfer, self.lba_shift);
+        // Every command is built before any is sent: a refusal sends nothing.
+        let cmds = ops
+            .into_iter()
+            .map(|op| nvm_command(op, self.nsid, self.lba_shift))
+            .collect::<Result<Vec<_>, _>>()?;
+        if cmds.len() > 1 {
+            self.parts.insert(tag, (cmds.len(), None));
+        }
+        for cmd in cmds {
+            self.ring.submit_passthru(tag, cmd)?;
+        }
+        Ok(())
     }
 
     fn flush(&mut self) {
@@ -214,11 +305,34 @@ impl IoChannel for NvmeBlockChannel {
     }
 
     fn poll(&mut self, out: &mut Vec<IoCompletion>) -> usize {
-        self.ring.poll(out)
+        if self.parts.is_empty() {
+            return self.ring.poll(out);
+        }
+        let mut got = Vec::new();
+        self.ring.poll(&mut got);
+        let before = out.len();
+        for (tag, res) in got {
+            let Some((left, err)) = self.parts.get_mut(&tag) else {
+                out.push((tag, res));
+                continue;
+            };
+            *left -= 1;
+            if let Err(e) = res {
+                err.get_or_insert(e);
+            }
+            if *left == 0 {
+                let first_err = err.take();
+                self.parts.remove(&tag);
+                out.push((tag, first_err.map_or(Ok(CqeResult::NONE), Err)));
+            }
+        }
+        out.len() - before
     }
 
     fn in_flight(&self) -> usize {
-        self.ring.in_flight()
+        // Operations, not commands: a split one counts once.
+        let extra: usize = self.parts.values().map(|(left, _)| left - 1).sum();
+        self.ring.in_flight() - extra.min(self.ring.in_flight())
     }
 
     fn event_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -295,6 +409,59 @@ mod tests {
         assert!(c.buf.as_ref().unwrap().buf.read_at(0, &mut range));
         assert_eq!(u32::from_le_bytes(range[4..8].try_into().unwrap()), 2048);
         assert_eq!(u64::from_le_bytes(range[8..16].try_into().unwrap()), 8);
+    }
+
+    #[test]
+    fn operations_larger_than_one_command_are_split() {
+        let buf = slice(1 << 20);
+        let ops = split(
+            IoOp::Write {
+                offset: 4096,
+                buf,
+                fua: true,
+            },
+            384 << 10,
+            9,
+        );
+        let parts: Vec<(u64, usize, usize, bool)> = ops
+            .iter()
+            .map(|o| match o {
+                IoOp::Write { offset, buf, fua } => (*offset, buf.offset, buf.len, *fua),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                (4096, 0, 384 << 10, true),
+                (4096 + (384 << 10), 384 << 10, 384 << 10, true),
+                (4096 + (768 << 10), 768 << 10, 256 << 10, true),
+            ]
+        );
+        // Within the limit: one operation, untouched.
+        assert_eq!(
+            split(
+                IoOp::Read {
+                    offset: 0,
+                    buf: slice(4096)
+                },
+                4096,
+                9
+            )
+            .len(),
+            1
+        );
+        // Write Zeroes moves no data but counts blocks in 16 bits.
+        let z = split(
+            IoOp::WriteZeroes {
+                offset: 0,
+                len: (1 << 16) * 512 + 1024,
+            },
+            4096,
+            9,
+        );
+        assert_eq!(z.len(), 2);
+        assert!(z.iter().all(|o| nvm_command(o.clone(), 1, 9).is_ok()));
     }
 
     #[test]

@@ -121,7 +121,11 @@ run "disconnect RDMA" nvme disconnect -n "$NQN"
 run "target log clean" log_clean target
 run "stop the passthru target" stop_bg target
 
-# io_path: passthru on a block namespace of the same drive.
+# io_path: passthru on a block namespace of the same drive: its conventional namespace (the
+# disk's name need not be nvme0n1: the driver names disks in the order it finds them).
+LOCALB=/dev/$(nvme_ns_dev "$(cat "/sys/class/nvme/${LOCAL#/dev/}/subsysnqn")" 1) ||
+  { echo "FAIL: no local disk of NSID 1"; exit 1; }
+echo "local disk of NSID 1: $LOCALB"
 cat > "$WORK/blk.yaml" <<YAML
 ports:
   - { portid: 1, trtype: tcp, adrfam: ipv4, traddr: $GUEST_IP, trsvcid: "4420", subsystems: [$NQN2] }
@@ -129,7 +133,7 @@ subsystems:
   - nqn: $NQN2
     allow_any_host: true
     namespaces:
-      - { nsid: 1, device_path: ${LOCAL}n1, io_path: passthru }
+      - { nsid: 1, device_path: $LOCALB, io_path: passthru }
 YAML
 start_bg target2 "$T" --config "$WORK/blk.yaml"
 wait_port "$GUEST_IP" 4420 120
