@@ -408,6 +408,8 @@ fn subsystems_and_ports_are_added_linked_and_removed_over_the_socket() {
         allow_any_host: false,
         serial: Some("SN-ADDED".into()),
         model: None,
+        passthru_device: None,
+        clear_ids: false,
     });
     refused(
         Op::AddSubsystem {
@@ -415,6 +417,8 @@ fn subsystems_and_ports_are_added_linked_and_removed_over_the_socket() {
             allow_any_host: true,
             serial: None,
             model: None,
+            passthru_device: None,
+            clear_ids: false,
         },
         "already exists",
     );

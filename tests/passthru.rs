@@ -332,3 +332,93 @@ fn a_device_that_goes_away_takes_its_namespaces_and_the_target_survives() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(c.status.is_success(), "{}", c.status);
 }
+
+#[test]
+fn a_reload_keeps_the_device_namespaces_and_refuses_a_device_change() {
+    let dev = Arc::new(FakeController::new(&[1, 2]));
+    let t = serve("/dev/nvme-fake-reload", dev.clone());
+    let running = t.live.running();
+    // The host list changes: applied, the device's namespaces stay.
+    let mut hosts = running.clone();
+    hosts.subsystems[0].allow_any_host = false;
+    hosts.subsystems[0].allowed_hosts = vec![nvmf_tests::ops_support::host(1).0];
+    let changes = t
+        .live
+        .apply(hosts.clone())
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(
+        changes.iter().any(|c| c.contains("allowed hosts")),
+        "{changes:?}"
+    );
+    let s = t
+        .target
+        .subsystem_by_name(SUB)
+        .unwrap_or_else(|| panic!("subsystem gone"));
+    assert_eq!(s.active_nsids(), [1, 2]);
+    let h = Host::connect(&t);
+    assert_eq!(
+        h.ctrl.identify_namespace(Nsid(1)).map(|v| v.len()).ok(),
+        Some(4096)
+    );
+    // Another device, or other passthru options: refused by name, nothing changes.
+    let mut other = hosts.clone();
+    if let Some(p) = other.subsystems[0].passthru.as_mut() {
+        p.clear_ids = true;
+    }
+    let e = t
+        .live
+        .apply(other)
+        .expect_err("a passthru change was applied");
+    assert!(
+        format!("{e:?}").contains("passthru device and options cannot change"),
+        "{e:?}"
+    );
+    assert_eq!(s.active_nsids(), [1, 2]);
+}
+
+#[test]
+fn ctl_adds_a_passthru_subsystem_and_refuses_namespaces_in_it() {
+    use nvmf_target::live::Op;
+    provide_device(
+        Path::new("/dev/nvme-fake-ctl"),
+        Arc::new(FakeController::new(&[3])) as Arc<dyn NvmeController>,
+    );
+    let t = serve("/dev/nvme-fake-other", Arc::new(FakeController::new(&[1])));
+    const ADDED: &str = "nqn.2024-01.io.nvmf-rs:passthru-added";
+    t.live
+        .execute(&Op::AddSubsystem {
+            nqn: ADDED.into(),
+            allow_any_host: true,
+            serial: None,
+            model: None,
+            passthru_device: Some("/dev/nvme-fake-ctl".into()),
+            clear_ids: true,
+        })
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let s = t
+        .target
+        .subsystem_by_name(ADDED)
+        .unwrap_or_else(|| panic!("not added"));
+    assert!(s.passthru().is_some_and(|p| p.cfg.clear_ids));
+    assert_eq!(s.active_nsids(), [3]);
+    // Its namespaces are the device's: adding one is refused, nothing changes.
+    let e = t
+        .live
+        .execute(&Op::add_ns(ADDED, Some(1), "ram:4M"))
+        .expect_err("a namespace was added to a passthru subsystem");
+    assert!(format!("{e:?}").contains("passthru"), "{e:?}");
+    assert_eq!(s.active_nsids(), [3]);
+    // clear_ids without a device is refused by name.
+    let e = t
+        .live
+        .execute(&Op::AddSubsystem {
+            nqn: "nqn.2024-01.io.nvmf-rs:no-device".into(),
+            allow_any_host: true,
+            serial: None,
+            model: None,
+            passthru_device: None,
+            clear_ids: true,
+        })
+        .expect_err("clear_ids without a device");
+    assert!(format!("{e:?}").contains("clear_ids"), "{e:?}");
+}

@@ -92,6 +92,16 @@ pub enum Op {
         #[arg(long)]
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
+        /// Export this NVMe controller (/dev/nvmeX) and all its namespaces as they
+        /// are: a passthru subsystem (nvmet's passthru/device_path).
+        #[arg(long, value_name = "CONTROLLER")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        passthru_device: Option<std::path::PathBuf>,
+        /// Passthru: hide the device's namespace identifiers (EUI-64, NGUID, UUID)
+        /// from hosts, for a host that also sees the device locally.
+        #[arg(long, requires = "passthru_device")]
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        clear_ids: bool,
     },
     /// Remove a subsystem (its hosts are disconnected; every port stops exporting it).
     RemoveSubsystem { nqn: String },
@@ -264,6 +274,8 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Refu
             allow_any_host,
             serial,
             model,
+            passthru_device,
+            clear_ids,
         } => nqn_of(nqn).and_then(|n| {
             n.check_format().map_err(|e| Refusal::invalid("nqn", e))?;
             if cfg.subsystem(&n).is_some() {
@@ -273,6 +285,13 @@ pub(super) fn edit_topology(cfg: &mut Config, op: &Op) -> Option<Result<(), Refu
             s.allow_any_host = *allow_any_host;
             s.serial.clone_from(serial);
             s.model.clone_from(model);
+            if let Some(dev) = passthru_device {
+                let mut p = crate::config::PassthruConfig::new(dev);
+                p.clear_ids = *clear_ids;
+                s.passthru = Some(p);
+            } else if *clear_ids {
+                return Err(Refusal::invalid("clear_ids", "only with passthru_device"));
+            }
             cfg.subsystems.push(s);
             Ok(())
         }),

@@ -281,6 +281,14 @@ fn plan_subsystem(
              change while hosts may be connected; remove the subsystem first"
         ));
     }
+    if o.passthru != s.passthru {
+        // The device, its namespaces and its admin worker are the subsystem's; a
+        // change of device or allowed list is a new subsystem.
+        return Err(format!(
+            "subsystem {nqn}: its passthru device and options cannot change while hosts \
+             may be connected; remove the subsystem first"
+        ));
+    }
     if o.allow_any_host != s.allow_any_host || o.allowed_hosts != s.allowed_hosts {
         p.changes
             .push(format!("subsystem {nqn}: allowed hosts changed"));

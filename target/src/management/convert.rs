@@ -186,6 +186,8 @@ pub fn add_subsystem(r: pb::AddSubsystemRequest) -> Result<Op, Status> {
         allow_any_host: r.allow_any_host,
         serial: given(r.serial),
         model: given(r.model),
+        passthru_device: given(r.passthru_device).map(std::path::PathBuf::from),
+        clear_ids: r.clear_ids,
     })
 }
 
@@ -348,11 +350,17 @@ impl From<Op> for Call {
                 allow_any_host,
                 serial,
                 model,
+                passthru_device,
+                clear_ids,
             } => Call::AddSubsystem(pb::AddSubsystemRequest {
                 subsystem_nqn: nqn,
                 allow_any_host,
                 serial: serial.unwrap_or_default(),
                 model: model.unwrap_or_default(),
+                passthru_device: passthru_device
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                clear_ids,
             }),
             Op::RemoveSubsystem { nqn } => {
                 Call::RemoveSubsystem(pb::SubsystemRef { subsystem_nqn: nqn })
