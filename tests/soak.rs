@@ -365,7 +365,7 @@ fn odd_host(addr: std::net::SocketAddr, n: u8, deadline: Instant) -> u64 {
     let base = index * SLOTS_PER_HOST as u64 * SLOT_BLOCKS;
     // Tag per block of this host's region; 0: never written (not checked).
     let mut model = vec![0u64; SLOTS_PER_HOST * SLOT_BLOCKS as usize];
-    let mut rng = Rng(0xA5A5_5A5A ^ ((index + 1) * 0x9E37_79B9_7F4A_7C15));
+    let mut rng = Rng(0xA5A5_5A5A ^ (index + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let sub = Nqn::new(ODD_SUB).unwrap_or_else(|e| panic!("{e}"));
     let mut done = 0u64;
     let mut round = 0usize;

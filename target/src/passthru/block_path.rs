@@ -172,6 +172,15 @@ struct NvmeBlockChannel {
     parts: HashMap<u64, (usize, Option<BackendError>)>,
 }
 
+/// Whether `op` goes as one command ([`split`] would leave it whole).
+fn fits(op: &IoOp, max: usize, lba_shift: u32) -> bool {
+    match op {
+        IoOp::Read { buf, .. } | IoOp::Write { buf, .. } => buf.len <= max,
+        IoOp::WriteZeroes { len, .. } => *len <= MAX_BLOCKS_PER_CMD << lba_shift,
+        IoOp::Flush | IoOp::Deallocate { .. } => true,
+    }
+}
+
 /// `op` as operations each within `max` bytes of data (Read and Write split at
 /// `max`, Write Zeroes at the 16-bit block count; the others whole).
 fn split(op: IoOp, max: usize, lba_shift: u32) -> Vec<IoOp> {
@@ -285,6 +294,11 @@ pub fn nvm_command(op: IoOp, nsid: u32, lba_shift: u32) -> Result<PassthruCmd, B
 
 impl IoChannel for NvmeBlockChannel {
     fn submit(&mut self, tag: u64, op: IoOp) -> Result<(), BackendError> {
+        // The common case, one command: no list built.
+        if fits(&op, self.max_transfer, self.lba_shift) {
+            let cmd = nvm_command(op, self.nsid, self.lba_shift)?;
+            return self.ring.submit_passthru(tag, cmd);
+        }
         let ops = split(op, self.max_transfer, self.lba_shift);
         // Every command is built before any is sent: a refusal sends nothing.
         let cmds = ops
