@@ -21,6 +21,7 @@
 
 mod admin;
 mod auth;
+mod connect;
 mod copy;
 mod discovery;
 mod fabrics;
