@@ -1,7 +1,9 @@
 //! File backend tests, in a temporary directory.
 
+use super::channel::map_errno;
 use super::*;
 use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
+use crate::backend::{CqeResult, DmaSlice, IoCompletion, IoOp};
 use nvmf_common::wire::status::{generic, media, Sct, Status};
 use std::collections::HashSet;
 use std::os::fd::BorrowedFd;
