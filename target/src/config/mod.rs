@@ -30,6 +30,7 @@ mod ana;
 mod error;
 mod group;
 mod hosts;
+mod io_path;
 mod locate;
 mod management;
 mod metrics;
@@ -68,6 +69,7 @@ pub use group::{
     GROUP_OWNED_KEYS,
 };
 pub use hosts::{HostConfig, KeyText};
+pub use io_path::IoPath;
 pub use management::{ManagementConfig, ManagementRole, MANAGEMENT_EXAMPLE_PORT};
 pub use metrics::{MetricsConfig, METRICS_EXAMPLE_PORT};
 pub use nvmf_common::keyfile::read_key_file;
@@ -542,21 +544,6 @@ pub struct NamespaceConfig {
     /// generic device `/dev/ngXnY` (`passthru`).
     #[serde(default, skip_serializing_if = "IoPath::is_block")]
     pub io_path: IoPath,
-}
-
-/// [`NamespaceConfig::io_path`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IoPath {
-    #[default]
-    Block,
-    Passthru,
-}
-
-impl IoPath {
-    pub fn is_block(&self) -> bool {
-        *self == IoPath::Block
-    }
 }
 
 impl NamespaceConfig {
