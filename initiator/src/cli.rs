@@ -17,6 +17,7 @@ mod log_print;
 #[cfg(test)]
 mod log_tests;
 mod map_cmd;
+mod mapd_cmd;
 mod ns_cmd;
 mod nvm_cmd;
 mod perf_cmd;
@@ -76,6 +77,11 @@ pub enum Command {
     Perf(PerfArgs),
     /// Export a namespace locally as an NBD server until SIGINT/SIGTERM.
     Map(map_cmd::MapArgs),
+    /// Map every namespace of every subsystem found through discovery (NBD sockets
+    /// or ublk devices), follow namespace and discovery changes, until SIGTERM.
+    Mapd(mapd_cmd::MapdArgs),
+    /// Print what a running `mapd` maps (paths, namespaces, devices).
+    MapdStatus(mapd_cmd::MapdStatusArgs),
     /// Register, unregister or replace a reservation key (like `nvme resv-register`).
     ResvRegister(resv_cmd::ResvRegisterArgs),
     /// Acquire or preempt a reservation (like `nvme resv-acquire`).
@@ -203,6 +209,8 @@ pub fn main() -> ExitCode {
         Command::Write(a) => io_cmd::write(a),
         Command::Perf(a) => perf_cmd::perf_cmd(a, matches.subcommand_matches("perf")),
         Command::Map(a) => map_cmd::map_cmd(a),
+        Command::Mapd(a) => mapd_cmd::mapd_cmd(a),
+        Command::MapdStatus(a) => mapd_cmd::mapd_status_cmd(a),
         Command::ResvRegister(a) => resv_cmd::register(a),
         Command::ResvAcquire(a) => resv_cmd::acquire(a),
         Command::ResvRelease(a) => resv_cmd::release(a),

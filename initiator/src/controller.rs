@@ -19,7 +19,7 @@
 //! [`Controller::take_io_queues`]; each is then driven by one thread.
 //!
 //! This file holds [`Controller`] and its bring-up sequence; the submodules hold the
-//! connect options, the parsed identities, the keep-alive thread and the admin-queue
+//! connect options, the parsed identities, the keep-alive thread, asynchronous events and the admin-queue
 //! register and fabrics helpers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +42,7 @@ use crate::queue::{Completion, Queue};
 use crate::transport::{DataDir, Fabric, IoBuf, QueueParams};
 
 pub mod auth;
+mod events;
 mod identity;
 mod keep_alive;
 mod options;
@@ -49,6 +50,7 @@ mod registers;
 #[cfg(test)]
 mod tests;
 
+pub use events::AsyncEvent;
 pub use identity::{ControllerIdentity, NamespaceInfo};
 pub use options::{
     ConnectOptions, DEFAULT_ADMIN_QUEUE_SIZE, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
@@ -250,6 +252,12 @@ impl Controller {
         self.io_queue_depth = depth;
         debug!(count, depth, "I/O queues connected");
         Ok(())
+    }
+
+    /// Reads the namespaces again (after Namespace Attribute Changed) and returns them.
+    pub fn rescan_namespaces(&mut self) -> Result<&[NamespaceInfo], Error> {
+        self.scan_namespaces()?;
+        Ok(&self.namespaces)
     }
 
     /// Identify Active Namespace List (paged by the last NSID seen), then Identify

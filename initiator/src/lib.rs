@@ -28,6 +28,7 @@ pub mod ioqueue;
 #[cfg(feature = "loopback")]
 pub mod loopback;
 pub mod map;
+pub mod mapd;
 pub mod multipath;
 pub mod namespace;
 pub mod perf;

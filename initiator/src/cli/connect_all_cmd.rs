@@ -187,7 +187,7 @@ fn with_defaults(mut line: DiscoverySpec, d: &DiscoverySpec) -> DiscoverySpec {
 }
 
 /// The discovery controllers to start from.
-fn specs(a: &ConnectAllArgs) -> Result<Vec<DiscoverySpec>, CliError> {
+pub(super) fn specs(a: &ConnectAllArgs) -> Result<Vec<DiscoverySpec>, CliError> {
     let cli = cli_spec(a)?;
     match (&a.transport, &a.traddr) {
         (Some(_), Some(_)) => return Ok(vec![cli]),
@@ -267,7 +267,10 @@ fn report_json(r: &ConnectAllReport) -> serde_json::Value {
     })
 }
 
-pub(super) fn connect_all_cmd(a: &ConnectAllArgs, verbose: bool) -> CliResult {
+/// The specs and the options every one of them runs with, checked.
+pub(super) fn prepare(
+    a: &ConnectAllArgs,
+) -> Result<(Vec<DiscoverySpec>, ConnectAllOptions), CliError> {
     if a.timeout == 0 {
         return Err(CliError::Usage(
             "--timeout must be at least 1 second".into(),
@@ -294,6 +297,11 @@ pub(super) fn connect_all_cmd(a: &ConnectAllArgs, verbose: bool) -> CliResult {
     o.timeout = Duration::from_secs(a.timeout);
     o.stuck_warn = Duration::from_secs(a.stuck_warn);
     o.ktls = !a.no_ktls;
+    Ok((specs, o))
+}
+
+pub(super) fn connect_all_cmd(a: &ConnectAllArgs, verbose: bool) -> CliResult {
+    let (specs, o) = prepare(a)?;
     let report = connect_all(&specs, &o, &NetConnector);
     match a.output_format {
         OutputFormat::Normal => {

@@ -16,8 +16,7 @@ use nix::sys::signalfd::SignalFd;
 
 use nvmf_common::types::Nsid;
 use nvmf_initiator::error::Error;
-use nvmf_initiator::map::{self, Listen, Listener, MapOptions, Stopper};
-use nvmf_initiator::requeue::{Requeue, SharedSession};
+use nvmf_initiator::map::{self, Endpoint, Listen, Listener, MapOptions, Ready, Stopper};
 
 use super::{connect_options, open, reconnect_args, CliError, CliResult, ConnArgs};
 
@@ -108,126 +107,75 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
         o.nr_io_queues = DEFAULT_MAP_QUEUES;
     }
     // More paths (-a repeated): a lost connection fails over to the next one.
-    let mut session = reconnect_args::connect(s.fabric.clone(), o, policy)?
+    let session = reconnect_args::connect(s.fabric.clone(), o, policy)?
         .with_paths(super::session::more_paths(&a.conn, &s.host.hostnqn)?);
     let opts = MapOptions {
         nsid: Nsid(a.nsid),
         export_name: a.export_name.clone(),
         depth: a.iodepth.map(|d| d as usize),
     };
-    let Some(listen) = listen else {
-        return ublk_cmd(session, &opts, policy.is_some(), signals);
+    let listener = match &listen {
+        Some(l) => Some(Listener::bind(l).map_err(|e| {
+            CliError::Failed(Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("{l}: {e}"),
+            )))
+        })?),
+        None => None,
     };
-    let ctrl = session.controller()?;
-    let ns = ctrl.namespace(opts.nsid)?.clone();
-    let subnqn = ctrl.id_ctrl().subnqn.clone();
-    let export = map::export_for(ctrl, &opts)?;
-    let fabric = ctrl.fabric().clone();
-    // Worker i drives queue i; after a lost connection it takes queue i of the
-    // reconnected controller.
-    let (shared, mut queues) = SharedSession::new(session)?;
-    let listener = Listener::bind(&listen).map_err(|e| {
-        CliError::Failed(Error::Io(std::io::Error::new(
-            e.kind(),
-            format!("{listen}: {e}"),
-        )))
-    })?;
-    let local = listener.local()?;
-    let depth = queues
-        .iter()
-        .map(|q| q.capacity())
-        .min()
-        .unwrap_or(0)
-        .min(opts.depth.unwrap_or(usize::MAX));
-    println!(
-        "nsid {} of {} ({} bytes, {}-byte blocks) exported over NBD at {} ({} queues x {} commands); \
-         stop with SIGINT/SIGTERM",
-        ns.nsid,
-        subnqn,
-        ns.size_bytes(),
-        ns.block_size,
-        local.uri(&opts.export_name),
-        queues.len(),
-        depth
-    );
-    let _ = std::io::stdout().flush();
-
-    let stop = Arc::new(Stopper::new()?);
-    watch_signals(signals, stop.clone())?;
-    let requeue = policy.map(|_| &shared as &dyn Requeue);
-    let served = map::serve_recovering(
-        export,
-        &fabric,
-        &mut queues,
-        &listener,
-        &opts,
-        &stop,
-        requeue,
-    );
-    drop(listener);
-    drop(queues);
-    let shut = shared.into_session().shutdown();
-    let stats = served?;
-    shut?;
-    eprintln!(
-        "stopped: {} connections, {} requests ({} failed), {} NVMe commands{}",
-        stats.connections,
-        stats.requests,
-        stats.errors,
-        stats.commands,
-        stuck_note(&stats)
-    );
-    Ok(())
-}
-
-/// `map --ublk`: the same namespace as /dev/ublkbN. Queue `i` of the device drives
-/// NVMe I/O queue `i`; after a lost connection it takes queue `i` of the reconnected
-/// controller (unless `--ctrl-loss-tmo 0`), so the device stays up.
-fn ublk_cmd(
-    mut session: nvmf_initiator::reconnect::Session,
-    opts: &MapOptions,
-    reconnect: bool,
-    signals: SignalFd,
-) -> CliResult {
+    let endpoint = match &listener {
+        Some(l) => Endpoint::Nbd(l),
+        None => Endpoint::Ublk,
+    };
     let stop = Arc::new(Stopper::new()?);
     watch_signals(signals, stop.clone())?;
     let nsid = opts.nsid;
-    let ctrl = session.controller()?;
-    let subnqn = ctrl.id_ctrl().subnqn.clone();
-    let export = map::export_for(ctrl, opts)?;
-    let fabric = ctrl.fabric().clone();
-    let (shared, queues) = SharedSession::new(session)?;
-    let shared = Arc::new(shared);
-    let requeue = reconnect.then(|| shared.clone() as Arc<dyn Requeue + Send + Sync>);
-    let served = map::ublk::serve_ublk(
-        export,
-        &fabric,
-        queues,
-        opts,
+    let ublk = a.ublk;
+    // Worker i drives queue i; after a lost connection it takes queue i of the
+    // reconnected controller (unless --ctrl-loss-tmo 0).
+    let served = map::serve_session(
+        session,
+        endpoint,
+        &opts,
+        policy.is_some(),
         &stop,
-        requeue,
-        move |bdev, nrq, depth| {
-            println!(
-                "nsid {nsid} of {subnqn} exported as {bdev} ({nrq} queues x {depth}); stop with \
-                 SIGINT/SIGTERM"
-            );
+        move |r: &Ready| {
+            if ublk {
+                println!(
+                    "nsid {nsid} of {} exported as {} ({} queues x {}); stop with SIGINT/SIGTERM",
+                    r.subnqn, r.device, r.queues, r.depth
+                );
+            } else {
+                println!(
+                    "nsid {nsid} of {} ({} bytes, {}-byte blocks) exported over NBD at {} ({} \
+                     queues x {} commands); stop with SIGINT/SIGTERM",
+                    r.subnqn, r.size_bytes, r.block_size, r.device, r.queues, r.depth
+                );
+            }
             let _ = std::io::stdout().flush();
         },
-    );
-    let reconnects = shared.reconnects();
-    let shut = match Arc::try_unwrap(shared) {
-        Ok(s) => s.into_session().shutdown(),
-        Err(_) => Ok(()),
-    };
-    let stats = served?;
-    shut?;
-    eprintln!(
-        "stopped: {} requests ({} failed), {} NVMe commands, {reconnects} reconnect(s){}",
-        stats.requests,
-        stats.errors,
-        stats.commands,
-        stuck_note(&stats)
-    );
+    )?;
+    drop(listener);
+    let stats = served.stats;
+    if ublk {
+        eprintln!(
+            "stopped: {} requests ({} failed), {} NVMe commands, {} reconnect(s){}",
+            stats.requests,
+            stats.errors,
+            stats.commands,
+            served.reconnects,
+            stuck_note(&stats)
+        );
+    } else {
+        eprintln!(
+            "stopped: {} connections, {} requests ({} failed), {} NVMe commands{}",
+            stats.connections,
+            stats.requests,
+            stats.errors,
+            stats.commands,
+            stuck_note(&stats)
+        );
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@
 //! - [`worker`]: one thread per I/O queue, serving any number of connections.
 //! - [`stream`]: Unix and TCP listeners and streams.
 //! - [`ublk`]: the same namespace as a ublk block device (`/dev/ublkbN`) instead.
+//! - [`run`]: a whole mapping from a reconnecting session, NBD or ublk.
 //!
 //! Every connection may use the whole export at once (`NBD_FLAG_CAN_MULTI_CONN`): all
 //! connections reach the same NVMe namespace through one controller, so a FLUSH on any
@@ -24,6 +25,7 @@ pub mod engine;
 pub mod handshake;
 pub mod plan;
 pub mod proto;
+pub mod run;
 pub mod stream;
 pub mod ublk;
 pub mod worker;
@@ -52,6 +54,7 @@ use crate::namespace::max_blocks_per_command;
 use crate::queue::Queue;
 
 pub use handshake::Export;
+pub use run::{serve_session, Endpoint, Ready, Served};
 pub use stream::{Listen, Listener};
 pub use worker::WorkerStats;
 
@@ -98,6 +101,21 @@ impl Stopper {
 
     pub fn is_triggered(&self) -> bool {
         self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Readable once triggered (for `poll(2)` beside other descriptors).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Sleeps up to `d`, returning early (true) when triggered.
+    pub fn sleep(&self, d: Duration) -> bool {
+        if !self.is_triggered() {
+            let ms = u16::try_from(d.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(self.fd.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::from(ms));
+        }
+        self.is_triggered()
     }
 
     /// Blocks until [`Stopper::trigger`] is called.
