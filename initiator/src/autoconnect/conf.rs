@@ -244,7 +244,35 @@ pub fn read_discovery_conf(path: &Path) -> Result<Vec<DiscoverySpec>, Error> {
             ))
         }
     })?;
-    parse_discovery_conf(&text, &path.display().to_string())
+    let specs = parse_discovery_conf(&text, &path.display().to_string())?;
+    check_secret_mode(path, &specs)?;
+    Ok(specs)
+}
+
+/// Mode bits of a file holding secrets that let anyone but its owner read it.
+const SECRET_FILE_FORBIDDEN_MODE: u32 = 0o077;
+
+/// A discovery configuration that holds a secret (`--dhchap-secret`, `--tls-key`)
+/// must be readable by its owner only, as our key files must. nvme-cli does not check
+/// this; we refuse on purpose: a DH-HMAC-CHAP or TLS secret any local user can read
+/// authenticates nothing.
+fn check_secret_mode(path: &Path, specs: &[DiscoverySpec]) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let holds_secret = specs.iter().any(|s| {
+        s.dhchap_secret.is_some() || s.dhchap_ctrl_secret.is_some() || s.tls_key.is_some()
+    });
+    if !holds_secret {
+        return Ok(());
+    }
+    let mode = std::fs::metadata(path)?.permissions().mode();
+    if mode & SECRET_FILE_FORBIDDEN_MODE != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds secrets and is readable by group or others (mode {:o}); chmod 600 it",
+            path.display(),
+            mode & 0o777
+        )));
+    }
+    Ok(())
 }
 
 /// Parses the text of a discovery configuration file; `name` names it in errors and
@@ -549,5 +577,29 @@ mod tests {
             e.contains("/nonexistent/discovery.conf") && e.contains("-t/-a"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_file_with_secrets_readable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = std::env::temp_dir().join(format!("nvmf-conf-mode-{}", std::process::id()));
+        std::fs::write(&p, "-t tcp -a 10.0.0.1 -S DHHC-1:00:abc=:\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_discovery_conf(&p)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("holds secrets") && e.contains("644") && e.contains("chmod 600"),
+            "{e}"
+        );
+        assert!(!e.contains("DHHC"), "the secret is never echoed: {e}");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_discovery_conf(&p).map(|s| s.len()).ok(), Some(1));
+        // Without a secret, the usual 0644 is fine.
+        std::fs::write(&p, "-t tcp -a 10.0.0.1\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_discovery_conf(&p).map(|s| s.len()).ok(), Some(1));
+        let _ = std::fs::remove_file(&p);
     }
 }
