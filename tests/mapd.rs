@@ -58,6 +58,7 @@ ports:
     traddr: 127.0.0.1
     trsvcid: "{p2}"
     subsystems: [{A}]
+    ana_groups: [{{ grpid: 1, state: non-optimized }}]
 subsystems:
   - nqn: {A}
     allow_any_host: true
@@ -235,13 +236,17 @@ fn every_namespace_is_mapped_and_follows_the_target() {
     let s = d.wait("A's two namespaces mapped", |s| {
         mapped(s, A) == vec![(1, 8 * MIB), (2, 16 * MIB)]
     });
-    // Both paths are known: one carries the watcher, the other waits.
-    let states: Vec<&str> = s.subsystems[A]
+    // Both paths are watched, each with its ANA state.
+    let states: Vec<(&str, Option<&str>)> = s.subsystems[A]
         .paths
         .iter()
-        .map(|p| p.state.as_str())
+        .map(|p| (p.state.as_str(), p.ana.as_deref()))
         .collect();
-    assert_eq!(states, vec!["live", "standby"], "{s:#?}");
+    assert_eq!(
+        states,
+        vec![("live", Some("optimized")), ("live", Some("non-optimized"))],
+        "{s:#?}"
+    );
     assert!(!s.subsystems.contains_key(B), "B is on no port yet");
 
     // The socket carries the stable name; libnbd sees the size and moves data.

@@ -176,7 +176,14 @@ fn format_status(s: &Status) -> String {
     for (nqn, sub) in &s.subsystems {
         let _ = writeln!(out, "{nqn}");
         for p in &sub.paths {
-            let _ = writeln!(out, "  path {} {}", p.address, p.state);
+            match &p.ana {
+                Some(ana) => {
+                    let _ = writeln!(out, "  path {} {} {ana}", p.address, p.state);
+                }
+                None => {
+                    let _ = writeln!(out, "  path {} {}", p.address, p.state);
+                }
+            }
         }
         for ns in sub.namespaces.values() {
             let state = match ns.state {

@@ -55,8 +55,12 @@ pub struct NsStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PathStatus {
     pub address: String,
-    /// `live` (the watcher's controller uses it), `standby`, or `down: <why>`.
+    /// `live` or `down: <why>`.
     pub state: String,
+    /// The path's ANA state while live: `optimized`, `non-optimized` or
+    /// `inaccessible` (the worst of the groups holding namespaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

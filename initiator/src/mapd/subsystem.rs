@@ -1,13 +1,15 @@
-//! One subsystem followed: a watcher controller on its own thread keeps every
+//! One subsystem followed: watcher controllers on their own thread keep every
 //! namespace mapped and in step with the target.
 //!
-//! Owned by the daemon, one per subsystem found by discovery. The watcher connects an
-//! admin-only controller over the first path that answers, enables Namespace
-//! Attribute Changed notices and keeps an Asynchronous Event Request outstanding.
-//! At connect and after each notice it reads the active namespaces and reconciles:
+//! Owned by the daemon, one per subsystem found by discovery. The watcher keeps an
+//! admin-only controller on every path, each with Namespace Attribute Changed and ANA
+//! Change notices enabled and an Asynchronous Event Request outstanding; the ANA log
+//! of each gives the path's state (shown in the status, and the order in which new
+//! mappings try the paths). When a path connects and after each namespace notice it
+//! reads the active namespaces and reconciles:
 //! a new namespace gets a [`Mapping`], a removed one is drained and unmapped, one
 //! whose size changed is drained and mapped again at its new size (NBD clients see a
-//! size only at their handshake). A lost watcher is reconnected every
+//! size only at their handshake). A lost path is reconnected every
 //! `reconnect_delay`; the mappings meanwhile go on (each has its own controller and
 //! its own reconnect policy). A mapping that ended by itself (its controller lost past
 //! `ctrl_loss_tmo`) is started again at the next reconcile after `reconnect_delay`.
@@ -18,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use nvmf_common::types::Nqn;
 use nvmf_common::wire::admin::aen_cfg;
@@ -27,6 +29,8 @@ use crate::autoconnect::{Connector, Profile, SubsystemPath};
 use crate::controller::{AsyncEvent, Controller, NamespaceInfo};
 use crate::error::Error;
 use crate::map::Stopper;
+use crate::multipath::PathState;
+use crate::reconnect::path_state;
 use crate::transport::Fabric;
 
 use super::mapping::{MapTarget, Mapping};
@@ -35,9 +39,6 @@ use super::Mode;
 
 /// How often the watcher looks for events and ended mappings.
 const WATCH_TICK: Duration = Duration::from_millis(100);
-
-/// A path's address and its fabric (or why there is none).
-type PathFabric = (String, Result<Arc<dyn Fabric>, Error>);
 
 /// What a watcher needs to know about its subsystem.
 pub struct WatchSpec {
@@ -96,48 +97,102 @@ impl Drop for SubsystemWatch {
     }
 }
 
+/// One path as the watcher keeps it.
+struct PathWatch {
+    path: SubsystemPath,
+    ctrl: Option<Controller>,
+    ana: Option<PathState>,
+    /// Why it is not connected (while it is not).
+    down: String,
+    next_try: Instant,
+}
+
+impl PathWatch {
+    fn new(path: SubsystemPath) -> PathWatch {
+        PathWatch {
+            path,
+            ctrl: None,
+            ana: None,
+            down: "not connected yet".into(),
+            next_try: Instant::now(),
+        }
+    }
+
+    fn status(&self) -> PathStatus {
+        PathStatus {
+            address: self.path.addr.to_string(),
+            state: match &self.ctrl {
+                Some(_) => "live".into(),
+                None => format!("down: {}", self.down),
+            },
+            ana: self.ana.filter(|_| self.ctrl.is_some()).map(ana_words),
+        }
+    }
+}
+
+fn ana_words(s: PathState) -> String {
+    match s {
+        PathState::Optimized => "optimized",
+        PathState::NonOptimized => "non-optimized",
+        PathState::Unusable => "inaccessible",
+    }
+    .into()
+}
+
 struct Watcher {
     spec: WatchSpec,
-    paths: Arc<Mutex<Vec<SubsystemPath>>>,
+    /// What discovery lists now (written by the daemon).
+    listed: Arc<Mutex<Vec<SubsystemPath>>>,
     stop: Arc<Stopper>,
-    ctrl: Option<Controller>,
+    paths: Vec<PathWatch>,
     /// The namespaces the target reported last.
     seen: Vec<NamespaceInfo>,
     mappings: BTreeMap<u32, Mapping>,
     /// Namespaces whose mapping ended by itself, and when they may be tried again.
     retry_at: BTreeMap<u32, Instant>,
-    next_connect: Instant,
 }
 
 impl Watcher {
-    fn new(spec: WatchSpec, paths: Arc<Mutex<Vec<SubsystemPath>>>, stop: Arc<Stopper>) -> Self {
+    fn new(spec: WatchSpec, listed: Arc<Mutex<Vec<SubsystemPath>>>, stop: Arc<Stopper>) -> Self {
         Watcher {
             spec,
-            paths,
+            listed,
             stop,
-            ctrl: None,
+            paths: Vec::new(),
             seen: Vec::new(),
             mappings: BTreeMap::new(),
             retry_at: BTreeMap::new(),
-            next_connect: Instant::now(),
         }
     }
 
     fn run(mut self) {
         while !self.stop.is_triggered() {
-            if self.ctrl.is_none() && Instant::now() >= self.next_connect {
-                self.connect();
+            self.sync_paths();
+            let mut rescan_on = None;
+            for i in 0..self.paths.len() {
+                if self.connect_path(i) {
+                    rescan_on.get_or_insert(i);
+                }
+                if self.follow_path(i) {
+                    rescan_on.get_or_insert(i);
+                }
             }
-            self.follow();
+            if let Some(i) = rescan_on {
+                self.rescan(i);
+            }
+            let states = self.paths.iter().map(PathWatch::status).collect();
+            self.spec.board.set_paths(&self.spec.subnqn, states);
             self.reap();
             self.stop.sleep(WATCH_TICK);
         }
-        // Drain and unmap every namespace, then the watcher's controller goes.
+        // Drain and unmap every namespace, then the watcher's controllers go.
         for (_, m) in std::mem::take(&mut self.mappings) {
             m.stop();
         }
-        if let Some(c) = self.ctrl.take() {
-            let _ = c.shutdown();
+        for p in &mut self.paths {
+            if let Some(c) = p.ctrl.take() {
+                let _ = c.shutdown();
+            }
         }
         self.spec.board.remove_subsystem(&self.spec.subnqn);
     }
@@ -146,116 +201,133 @@ impl Watcher {
         self.spec.profile.reconnect.reconnect_delay
     }
 
-    /// Every path's fabric, in discovery order.
-    fn fabrics(&self) -> Vec<PathFabric> {
-        let paths = self.paths.lock().clone();
-        paths
-            .iter()
-            .map(|p| {
-                let tls = p.requires_tls() || self.spec.profile.tls_psk.is_some();
-                let f =
-                    self.spec
-                        .connector
-                        .fabric(&p.addr, &self.spec.subnqn, &self.spec.profile, tls);
-                (p.addr.to_string(), f)
-            })
-            .collect()
+    /// Follows the paths discovery lists: new ones are added, gone ones dropped,
+    /// the others keep their controllers.
+    fn sync_paths(&mut self) {
+        let listed = self.listed.lock().clone();
+        let same = listed.len() == self.paths.len()
+            && listed
+                .iter()
+                .zip(&self.paths)
+                .all(|(l, p)| l.addr == p.path.addr);
+        if same {
+            return;
+        }
+        let mut old = std::mem::take(&mut self.paths);
+        for l in listed {
+            match old.iter().position(|p| p.path.addr == l.addr) {
+                Some(k) => self.paths.push(old.swap_remove(k)),
+                None => self.paths.push(PathWatch::new(l)),
+            }
+        }
+        for p in old {
+            if let Some(c) = p.ctrl {
+                let _ = c.shutdown();
+            }
+        }
     }
 
-    fn connect(&mut self) {
-        let nqn = match Nqn::new(self.spec.subnqn.as_str()) {
-            Ok(n) => n,
-            Err(e) => {
-                warn!(subnqn = %self.spec.subnqn, "not a valid subsystem NQN: {e}");
-                self.next_connect = Instant::now() + self.reconnect_delay();
-                return;
-            }
+    fn fabric(&self, p: &SubsystemPath) -> Result<Arc<dyn Fabric>, Error> {
+        let tls = p.requires_tls() || self.spec.profile.tls_psk.is_some();
+        self.spec
+            .connector
+            .fabric(&p.addr, &self.spec.subnqn, &self.spec.profile, tls)
+    }
+
+    /// Connects path `i` when it is down and due; true when it connected.
+    fn connect_path(&mut self, i: usize) -> bool {
+        let due = self
+            .paths
+            .get(i)
+            .is_some_and(|p| p.ctrl.is_none() && Instant::now() >= p.next_try);
+        if !due {
+            return false;
+        }
+        let Some(path) = self.paths.get(i).map(|p| p.path.clone()) else {
+            return false;
         };
-        let mut o = self.spec.profile.io_options(&nqn, 0);
-        o.nr_io_queues = 0;
-        let mut states = Vec::new();
-        let mut connected = None;
-        for (addr, f) in self.fabrics() {
-            if connected.is_some() {
-                states.push(PathStatus {
-                    address: addr,
-                    state: "standby".into(),
-                });
-                continue;
-            }
-            let r = f.and_then(|f| {
-                let c = Controller::connect(f, o.clone())?;
-                c.enable_events(aen_cfg::NS_ATTR)?;
+        let r = Nqn::new(self.spec.subnqn.as_str())
+            .map_err(|e| Error::Protocol(format!("not a valid subsystem NQN: {e}")))
+            .and_then(|nqn| {
+                let mut o = self.spec.profile.io_options(&nqn, 0);
+                o.nr_io_queues = 0;
+                let c = Controller::connect(self.fabric(&path)?, o)?;
+                c.enable_events(aen_cfg::NS_ATTR | aen_cfg::ANA_CHANGE)?;
                 Ok(c)
             });
-            match r {
-                Ok(c) => {
-                    connected = Some(c);
-                    states.push(PathStatus {
-                        address: addr,
-                        state: "live".into(),
-                    });
-                }
-                Err(e) => states.push(PathStatus {
-                    address: addr,
-                    state: format!("down: {e}"),
-                }),
+        let delay = self.reconnect_delay();
+        let Some(p) = self.paths.get_mut(i) else {
+            return false;
+        };
+        match r {
+            Ok(c) => {
+                info!(subnqn = %self.spec.subnqn, path = %p.path.addr, namespaces = c.namespaces().len(), "path watched");
+                p.ana = Some(path_state(&c));
+                p.ctrl = Some(c);
+                true
             }
-        }
-        self.spec.board.set_paths(&self.spec.subnqn, states);
-        match connected {
-            Some(c) => {
-                info!(subnqn = %self.spec.subnqn, namespaces = c.namespaces().len(), "subsystem watched");
-                self.seen = c.namespaces().to_vec();
-                self.ctrl = Some(c);
-                self.reconcile();
-            }
-            None => {
-                warn!(subnqn = %self.spec.subnqn, "no path answered; trying again in {:?}", self.reconnect_delay());
-                self.next_connect = Instant::now() + self.reconnect_delay();
+            Err(e) => {
+                debug!(subnqn = %self.spec.subnqn, path = %p.path.addr, "path not connected: {e}");
+                p.down = e.to_string();
+                p.next_try = Instant::now() + delay;
+                false
             }
         }
     }
 
-    /// Reads events; a namespace notice means a rescan and a reconcile.
-    fn follow(&mut self) {
-        let Some(c) = self.ctrl.as_mut() else {
+    /// Reads path `i`'s events; true when its namespaces changed.
+    fn follow_path(&mut self, i: usize) -> bool {
+        let delay = self.reconnect_delay();
+        let Some(p) = self.paths.get_mut(i) else {
+            return false;
+        };
+        let Some(c) = p.ctrl.as_ref() else {
+            return false;
+        };
+        let r = c.poll_events().and_then(|evs| {
+            if c.is_alive() {
+                Ok(evs)
+            } else {
+                Err(Error::Protocol("keep-alive failed".into()))
+            }
+        });
+        match r {
+            Ok(evs) => {
+                if evs.contains(&AsyncEvent::AnaChanged) {
+                    p.ana = Some(path_state(c));
+                }
+                evs.iter()
+                    .any(|e| matches!(e, AsyncEvent::NamespacesChanged(_)))
+            }
+            Err(e) => {
+                warn!(subnqn = %self.spec.subnqn, path = %p.path.addr, "path lost: {e}");
+                p.ctrl = None;
+                p.down = e.to_string();
+                p.next_try = Instant::now() + delay;
+                false
+            }
+        }
+    }
+
+    /// Reads the namespaces through path `i` and reconciles.
+    fn rescan(&mut self, i: usize) {
+        let Some(c) = self.paths.get_mut(i).and_then(|p| p.ctrl.as_mut()) else {
             return;
         };
-        let changed = match c.poll_events() {
-            Ok(evs) => evs
-                .iter()
-                .any(|e| matches!(e, AsyncEvent::NamespacesChanged(_))),
-            Err(e) => return self.lost(e),
-        };
-        if !c.is_alive() {
-            return self.lost(Error::Protocol("keep-alive failed".into()));
-        }
-        if changed {
-            match c.rescan_namespaces() {
-                Ok(list) => {
-                    info!(subnqn = %self.spec.subnqn, namespaces = list.len(), "namespaces changed");
-                    self.seen = list.to_vec();
-                    self.reconcile();
+        match c.rescan_namespaces() {
+            Ok(list) => {
+                info!(subnqn = %self.spec.subnqn, namespaces = list.len(), "namespaces read");
+                self.seen = list.to_vec();
+                self.reconcile();
+            }
+            Err(e) => {
+                warn!(subnqn = %self.spec.subnqn, "namespaces not read: {e}");
+                if let Some(p) = self.paths.get_mut(i) {
+                    p.ctrl = None;
+                    p.down = e.to_string();
                 }
-                Err(e) => self.lost(e),
             }
         }
-    }
-
-    fn lost(&mut self, e: Error) {
-        warn!(subnqn = %self.spec.subnqn, "watcher controller lost: {e}");
-        self.ctrl = None;
-        let paths = self.paths.lock().clone();
-        let states = paths
-            .iter()
-            .map(|p| PathStatus {
-                address: p.addr.to_string(),
-                state: format!("down: {e}"),
-            })
-            .collect();
-        self.spec.board.set_paths(&self.spec.subnqn, states);
-        self.next_connect = Instant::now() + self.reconnect_delay();
     }
 
     /// Mappings that ended by themselves are forgotten (tried again later).
@@ -267,7 +339,8 @@ impl Watcher {
             .map(|(&n, _)| n)
             .collect();
         if ended.is_empty() {
-            if self.ctrl.is_some() && self.retry_at.values().any(|&t| t <= Instant::now()) {
+            let live = self.paths.iter().any(|p| p.ctrl.is_some());
+            if live && self.retry_at.values().any(|&t| t <= Instant::now()) {
                 self.reconcile();
             }
             return;
@@ -277,6 +350,17 @@ impl Watcher {
             self.mappings.remove(&n);
             self.retry_at.insert(n, again);
         }
+    }
+
+    /// Every path's fabric, optimized paths first, then non-optimized, then the rest
+    /// (a new mapping connects through the first that answers).
+    fn fabrics_by_preference(&self) -> Vec<Arc<dyn Fabric>> {
+        let mut order: Vec<&PathWatch> = self.paths.iter().collect();
+        order.sort_by_key(|p| std::cmp::Reverse(p.ana.filter(|_| p.ctrl.is_some())));
+        order
+            .into_iter()
+            .filter_map(|p| self.fabric(&p.path).ok())
+            .collect()
     }
 
     /// Brings the mappings in line with `seen`.
@@ -304,17 +388,12 @@ impl Watcher {
                 .remove_ns(&self.spec.subnqn, nvmf_common::types::Nsid(n));
         }
         self.retry_at.retain(|n, _| wanted.contains_key(n));
-        let fabrics: Vec<Arc<dyn Fabric>> = self
-            .fabrics()
-            .into_iter()
-            .filter_map(|(_, f)| f.ok())
-            .collect();
         let Ok(nqn) = Nqn::new(self.spec.subnqn.as_str()) else {
             return;
         };
         let target = MapTarget {
             subnqn: self.spec.subnqn.clone(),
-            fabrics,
+            fabrics: self.fabrics_by_preference(),
             opts: self.spec.profile.io_options(&nqn, self.spec.io_queues),
             policy: self.spec.profile.reconnect,
             mode: self.spec.mode.clone(),

@@ -61,7 +61,7 @@ start_mapd() {
 start_mapd
 wait_links 4
 NAMES=$(ls "$LINKS" | grep '^nvmf-' | sort)
-expect "mapd-status: both paths of each subsystem" "path tcp traddr=$GUEST_IP,trsvcid=4421 standby" \
+expect "mapd-status: both paths of each subsystem with their ANA state" "path tcp traddr=$GUEST_IP,trsvcid=4421 live non-optimized" \
   "$I" mapd-status --status-socket "$SOCK"
 check "four namespaces mapped" "[ \$('$I' mapd-status --status-socket '$SOCK' | grep -c ' mapped /dev/ublkb') -eq 4 ]"
 D1=$(dev_of "$S1" 1)
