@@ -412,3 +412,104 @@ fn unreachable_discovery_controller_and_refused_host_are_reported() {
     d.stop();
     drop((t, other));
 }
+
+/// `nbdcopy` from the export to /dev/null: whether it succeeded and how long it took.
+fn nbd_read_all(socket: &Path) -> (bool, Duration) {
+    let t = Instant::now();
+    let ok = Command::new("nbdcopy")
+        .args([&uri(socket), "null:"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    (ok, t.elapsed())
+}
+
+#[test]
+fn fast_io_fail_tmo_fails_io_while_reconnecting_goes_on() {
+    use nvmf_common::types::{Nqn, Nsid};
+    use nvmf_initiator::map::{serve_session, Endpoint, Listen, Listener, MapOptions};
+    use nvmf_initiator::reconnect::{ReconnectPolicy, RetryPolicy, Session};
+    use nvmf_tests::ops_support::options_as;
+
+    const FAST_IO_FAIL: Duration = Duration::from_secs(1);
+    let (p1, p2) = (free_port(), free_port());
+    let t = start_live(&yaml(p1, p2, "allow_any_host: true", false), None);
+    let nqn = Nqn::new(A).unwrap();
+    let policy = ReconnectPolicy {
+        reconnect_delay: Duration::from_millis(500),
+        ctrl_loss_tmo: Some(Duration::from_secs(60)),
+        retry: RetryPolicy::Retry,
+    };
+    let session = Session::connect_once(t.fabric(1), options_as(1, &nqn, 1, 5000), policy).unwrap();
+    let dir = tmp_path("mapd-fast-io-fail");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("ns1.sock");
+    let listener = Listener::bind(&Listen::Unix(sock.clone())).unwrap();
+    let stop = Arc::new(Stopper::new().unwrap());
+    let opts = MapOptions {
+        nsid: Nsid(1),
+        export_name: String::new(),
+        depth: None,
+        fast_io_fail: Some(FAST_IO_FAIL),
+    };
+    let served = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            serve_session(
+                session,
+                Endpoint::Nbd(&listener),
+                &opts,
+                true,
+                &stop,
+                |_| {},
+            )
+        });
+        assert!(nbd_read_all(&sock).0, "the export reads before the loss");
+
+        // The target's port goes away: every connection is cut and reconnects are refused.
+        change(&t, Op::RemovePort { portid: 1 });
+        let lost = Instant::now();
+        std::thread::sleep(Duration::from_millis(200));
+        let (ok, _) = nbd_read_all(&sock);
+        let first = lost.elapsed();
+        assert!(!ok, "a read while the target is gone must fail");
+        assert!(
+            first >= FAST_IO_FAIL && first < FAST_IO_FAIL + Duration::from_secs(3),
+            "the first read failed {first:?} after the loss (fast_io_fail_tmo {FAST_IO_FAIL:?})"
+        );
+        // Past the timeout, I/O fails at once while reconnecting goes on.
+        let (ok, took) = nbd_read_all(&sock);
+        assert!(!ok, "a read past fast_io_fail_tmo must fail");
+        assert!(took < Duration::from_secs(1), "it took {took:?}");
+
+        // The port comes back: the same export serves again, without a command.
+        change(
+            &t,
+            Op::AddPort {
+                portid: 1,
+                trtype: nvmf_target::config::TrType::Tcp,
+                traddr: "127.0.0.1".into(),
+                trsvcid: p1.to_string(),
+            },
+        );
+        change(
+            &t,
+            Op::LinkSubsystem {
+                portid: 1,
+                nqn: A.into(),
+            },
+        );
+        let deadline = Instant::now() + SETTLE;
+        while !nbd_read_all(&sock).0 {
+            assert!(Instant::now() < deadline, "the export never served again");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.trigger();
+        server.join().unwrap()
+    });
+    let served = served.unwrap_or_else(|e| panic!("serve: {e}"));
+    assert!(served.reconnects >= 1, "{served:?}");
+    assert!(served.stats.errors >= 2, "{served:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -107,7 +107,7 @@ mod rbd {
         assert!(!r.failed(), "{}", r.format_normal());
         assert!(r.verify.blocks_checked > 0 && r.verify.failure_count == 0);
         assert!(shared.reconnects() >= 1, "no failover happened");
-        let s = shared.into_session();
+        let s = shared.into_session().unwrap_or_else(|e| panic!("{e}"));
         let path = s.current_path();
         let _ = s.shutdown();
         path

@@ -49,6 +49,10 @@ pub enum Error {
     /// Data read back did not match what was written (perf `--verify`).
     #[error("verification failed: {0}")]
     Verify(String),
+    /// The controller is still reconnecting and `fast_io_fail_tmo` has passed: I/O
+    /// fails now instead of waiting (reconnecting goes on until `ctrl_loss_tmo`).
+    #[error("the controller is reconnecting: {0}")]
+    Reconnecting(String),
 }
 
 impl Error {

@@ -84,6 +84,8 @@ pub struct Profile {
     pub queue_size: Option<u16>,
     pub kato_ms: Option<u32>,
     pub reconnect: ReconnectPolicy,
+    /// `fast_io_fail_tmo` (None: off, nvme-cli's `-1`).
+    pub fast_io_fail: Option<Duration>,
     pub timeout: Duration,
     pub stuck_warn: Duration,
     pub ktls: bool,
@@ -199,6 +201,10 @@ impl Profile {
             queue_size: spec.queue_size,
             kato_ms: spec.keep_alive_tmo.map(|k| k.saturating_mul(MS_PER_SEC)),
             reconnect,
+            fast_io_fail: spec
+                .fast_io_fail_tmo
+                .and_then(|s| u64::try_from(s).ok())
+                .map(Duration::from_secs),
             timeout: o.timeout,
             stuck_warn: o.stuck_warn,
             ktls: o.ktls,

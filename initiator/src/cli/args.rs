@@ -120,6 +120,14 @@ pub struct ConnArgs {
     /// perf, map: seconds before the second reconnect attempt (doubling up to 60 s).
     #[arg(long = "reconnect-delay", default_value_t = reconnect_args::DEFAULT_RECONNECT_DELAY_SECS)]
     pub reconnect_delay: u64,
+    /// map: seconds after a lost connection before I/O fails with EIO while
+    /// reconnecting goes on (-1, the default: I/O waits up to --ctrl-loss-tmo).
+    #[arg(
+        long = "fast-io-fail-tmo",
+        default_value_t = -1,
+        allow_negative_numbers = true
+    )]
+    pub fast_io_fail_tmo: i64,
     /// Loopback: the target's YAML config.
     #[arg(long = "config")]
     pub config: Option<PathBuf>,

@@ -97,6 +97,15 @@ pub struct ConnectAllArgs {
     /// Seconds to keep reconnecting a lost path (-1: forever).
     #[arg(short = 'l', long = "ctrl-loss-tmo", allow_negative_numbers = true)]
     pub ctrl_loss_tmo: Option<i32>,
+    /// Seconds after a lost connection before I/O fails while reconnecting goes on
+    /// (-1: never; used by mapd).
+    #[arg(
+        short = 'F',
+        long = "fast-io-fail-tmo",
+        alias = "fast_io_fail_tmo",
+        allow_negative_numbers = true
+    )]
+    pub fast_io_fail_tmo: Option<i32>,
     /// NVMe/TCP header digest.
     #[arg(short = 'g', long = "hdr-digest")]
     pub hdr_digest: bool,
@@ -158,6 +167,7 @@ fn cli_spec(a: &ConnectAllArgs) -> Result<DiscoverySpec, CliError> {
     s.keep_alive_tmo = a.keep_alive_tmo;
     s.reconnect_delay = a.reconnect_delay;
     s.ctrl_loss_tmo = a.ctrl_loss_tmo;
+    s.fast_io_fail_tmo = a.fast_io_fail_tmo;
     s.hdr_digest = a.hdr_digest;
     s.data_digest = a.data_digest;
     Ok(s)
@@ -180,6 +190,7 @@ fn with_defaults(mut line: DiscoverySpec, d: &DiscoverySpec) -> DiscoverySpec {
     or(&mut line.keep_alive_tmo, &d.keep_alive_tmo);
     or(&mut line.reconnect_delay, &d.reconnect_delay);
     or(&mut line.ctrl_loss_tmo, &d.ctrl_loss_tmo);
+    or(&mut line.fast_io_fail_tmo, &d.fast_io_fail_tmo);
     line.tls |= d.tls;
     line.hdr_digest |= d.hdr_digest;
     line.data_digest |= d.data_digest;

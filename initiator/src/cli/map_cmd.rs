@@ -113,6 +113,7 @@ pub fn map_cmd(a: &MapArgs) -> CliResult {
         nsid: Nsid(a.nsid),
         export_name: a.export_name.clone(),
         depth: a.iodepth.map(|d| d as usize),
+        fast_io_fail: reconnect_args::fast_io_fail(a.conn.fast_io_fail_tmo),
     };
     let listener = match &listen {
         Some(l) => Some(Listener::bind(l).map_err(|e| {

@@ -117,7 +117,7 @@ fn run(a: &PerfArgs, s: &Session, opts: &PerfOptions) -> Result<(PerfReport, u32
     let report = perf::run_recovering(&target, &mut queues, opts, requeue)?;
     drop(queues);
     let reconnects = shared.reconnects();
-    shared.into_session().shutdown()?;
+    shared.into_session()?.shutdown()?;
     Ok((report, reconnects))
 }
 

@@ -41,6 +41,11 @@ pub fn policy(
     )))
 }
 
+/// `--fast-io-fail-tmo SECS`: `None` when negative (off, nvme-cli's default).
+pub fn fast_io_fail(secs: i64) -> Option<std::time::Duration> {
+    u64::try_from(secs).ok().map(std::time::Duration::from_secs)
+}
+
 /// Connects once; the session reconnects per `policy` after a loss (with
 /// `--ctrl-loss-tmo 0` a zero loss timeout: the first failed attempt is final).
 pub fn connect(

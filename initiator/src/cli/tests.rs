@@ -236,6 +236,7 @@ fn usage_errors_before_connecting() {
         no_ktls: false,
         ctrl_loss_tmo: reconnect_args::DEFAULT_CTRL_LOSS_TMO_SECS,
         reconnect_delay: reconnect_args::DEFAULT_RECONNECT_DELAY_SECS,
+        fast_io_fail_tmo: -1,
         config: None,
         namespace: Vec::new(),
     };

@@ -390,6 +390,28 @@ impl Engine {
         }
     }
 
+    /// Fails every request not answered yet with EIO and `why`: those in flight on a
+    /// broken queue, those waiting for a retry and those not issued at all
+    /// (`fast_io_fail_tmo` passed while reconnecting).
+    pub fn fail_all(&mut self, why: &str, done: &mut Vec<Done>) {
+        for req in self.reqs.iter_mut().flatten() {
+            req.error.get_or_insert((errno::EIO, why.to_owned()));
+        }
+        self.lost(false, done);
+        for id in std::mem::take(&mut self.ready) {
+            let idle = match self.reqs.get_mut(id) {
+                Some(Some(req)) => {
+                    req.plan.abandon();
+                    req.outstanding == 0
+                }
+                _ => false,
+            };
+            if idle {
+                self.finish(id, done);
+            }
+        }
+    }
+
     fn finish(&mut self, id: usize, done: &mut Vec<Done>) {
         let Some(req) = self.reqs.get_mut(id).and_then(Option::take) else {
             return;

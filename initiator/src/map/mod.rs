@@ -75,6 +75,9 @@ pub struct MapOptions {
     pub export_name: String,
     /// Commands in flight per I/O queue at most (`None`: the queue's capacity).
     pub depth: Option<usize>,
+    /// While reconnecting after a lost connection, fail requests with EIO once this
+    /// long has passed (`None`: they wait up to `ctrl_loss_tmo`).
+    pub fast_io_fail: Option<Duration>,
 }
 
 /// Stops a running [`serve`] from any thread.

@@ -58,6 +58,7 @@ pub fn serve_session(
     let export = export_for(ctrl, o)?;
     let fabric = ctrl.fabric().clone();
     let (shared, mut queues) = SharedSession::new(session)?;
+    let shared = shared.with_fast_io_fail(o.fast_io_fail);
     let shared = Arc::new(shared);
     let mut info = Ready {
         subnqn,
@@ -102,7 +103,7 @@ pub fn serve_session(
     let reconnects = shared.reconnects();
     // The ublk server's threads hold the other references until it returns.
     let shut = match Arc::try_unwrap(shared) {
-        Ok(s) => s.into_session().shutdown(),
+        Ok(s) => s.into_session().and_then(Session::shutdown),
         Err(_) => Ok(()),
     };
     let stats = served?;

@@ -44,6 +44,7 @@ impl Server {
         let path =
             std::env::temp_dir().join(format!("nvmf-map-{}-{name}.sock", std::process::id()));
         let opts = MapOptions {
+            fast_io_fail: None,
             nsid: Nsid(1),
             export_name: "disk".into(),
             depth: None,

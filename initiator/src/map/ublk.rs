@@ -339,6 +339,12 @@ fn serve_queue(qid: u16, dev: &UblkDev, ctx: &QueueCtx, nq: &mut Queue) -> Resul
                 generation = g;
                 info!(qid, "ublk queue back on the reconnected controller");
             }
+            Err(Error::Reconnecting(why)) => {
+                // fast_io_fail_tmo passed: what waits fails now; the device stays up
+                // and reconnecting goes on.
+                st.engine.fail_all(&why, &mut st.done);
+                commit_done(&mut st)?;
+            }
             Err(e) => {
                 // Lost past ctrl-loss-tmo: what waited for a retry fails now.
                 st.engine.lost(false, &mut st.done);

@@ -149,6 +149,14 @@ pub fn run(
                         *q = nq;
                         generation = g;
                     }
+                    Err(Error::Reconnecting(why)) => {
+                        // fast_io_fail_tmo passed: everything waiting fails now, and
+                        // requests read meanwhile fail on the broken queue at once,
+                        // while the session goes on reconnecting.
+                        w.engine.fail_all(&why, &mut w.done);
+                        w.answer();
+                        let _ = w.write_replies();
+                    }
                     Err(e) => {
                         // Lost past ctrl-loss-tmo: what waited for a retry fails now.
                         w.engine.lost(false, &mut w.done);

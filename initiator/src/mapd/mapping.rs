@@ -31,6 +31,7 @@ pub struct MapTarget {
     pub fabrics: Vec<Arc<dyn Fabric>>,
     pub opts: ConnectOptions,
     pub policy: ReconnectPolicy,
+    pub fast_io_fail: Option<std::time::Duration>,
     pub mode: Mode,
     pub depth: Option<usize>,
     pub board: Board,
@@ -160,6 +161,7 @@ fn serve(t: &MapTarget, ns: &NamespaceInfo, name: &str, stop: &Stopper) -> Resul
         nsid: ns.nsid,
         export_name: String::new(),
         depth: t.depth,
+        fast_io_fail: t.fast_io_fail,
     };
     let recover = t.policy.ctrl_loss_tmo != Some(std::time::Duration::ZERO);
     let board = t.board.clone();

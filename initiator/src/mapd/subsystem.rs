@@ -396,6 +396,7 @@ impl Watcher {
             fabrics: self.fabrics_by_preference(),
             opts: self.spec.profile.io_options(&nqn, self.spec.io_queues),
             policy: self.spec.profile.reconnect,
+            fast_io_fail: self.spec.profile.fast_io_fail,
             mode: self.spec.mode.clone(),
             depth: self.spec.depth,
             board: self.spec.board.clone(),
