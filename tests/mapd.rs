@@ -77,15 +77,41 @@ struct Daemon {
     dir: PathBuf,
     status: PathBuf,
     stop: Arc<Stopper>,
+    /// What the next reload reads.
+    specs: Arc<std::sync::Mutex<Vec<DiscoverySpec>>>,
+    reload: Arc<AtomicBool>,
     join: Option<JoinHandle<Result<(), nvmf_initiator::Error>>>,
+}
+
+/// A discovery.conf line for our target's port `p` on 127.0.0.1.
+fn spec(p: u16) -> DiscoverySpec {
+    DiscoverySpec::new(
+        &format!("test:{p}"),
+        "tcp",
+        "127.0.0.1",
+        Some(&p.to_string()),
+    )
+}
+
+/// How the daemon under test maps.
+enum How {
+    Nbd,
+    /// ublk devices with links in the daemon's directory.
+    Ublk,
 }
 
 impl Daemon {
     fn start(name: &str, ports: &[u16]) -> Daemon {
-        Daemon::start_with(name, ports, Arc::new(NetConnector))
+        let specs = ports.iter().map(|&p| spec(p)).collect();
+        Daemon::start_with(name, specs, Arc::new(NetConnector), How::Nbd)
     }
 
-    fn start_with(name: &str, ports: &[u16], connector: Arc<dyn Connector>) -> Daemon {
+    fn start_with(
+        name: &str,
+        specs: Vec<DiscoverySpec>,
+        connector: Arc<dyn Connector>,
+        how: How,
+    ) -> Daemon {
         for t in ["nbdinfo", "nbdcopy"] {
             let ok = Command::new(t)
                 .arg("--version")
@@ -102,39 +128,44 @@ impl Daemon {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let status = dir.join("status.sock");
-        let specs: Vec<DiscoverySpec> = ports
-            .iter()
-            .map(|p| {
-                DiscoverySpec::new(
-                    &format!("test:{p}"),
-                    "tcp",
-                    "127.0.0.1",
-                    Some(&p.to_string()),
-                )
-            })
-            .collect();
         let (nqn, id) = host(1);
         let mut copts = ConnectAllOptions::new(HostIdentity::combine(Some(nqn), Some(id)));
         copts.timeout = Duration::from_secs(5);
+        let mode = match how {
+            How::Nbd => Mode::Nbd { dir: dir.clone() },
+            How::Ublk => Mode::Ublk {
+                link_dir: dir.join("by-id"),
+            },
+        };
         let o = MapdOptions {
-            mode: Mode::Nbd { dir: dir.clone() },
+            mode,
             io_queues: 1,
             depth: None,
             rediscover: Duration::from_secs(600),
             status_socket: Some(status.clone()),
         };
         let stop = Arc::new(Stopper::new().unwrap());
-        let s2 = stop.clone();
+        let specs = Arc::new(std::sync::Mutex::new(specs));
+        let reload = Arc::new(AtomicBool::new(false));
+        let (s2, specs2, reload2) = (stop.clone(), specs.clone(), reload.clone());
         let join = std::thread::spawn(move || {
-            let load = move || Ok(specs.clone());
-            mapd::run(&load, &copts, &o, connector, s2, &AtomicBool::new(false))
+            let load = move || Ok(specs2.lock().map(|s| s.clone()).unwrap_or_default());
+            mapd::run(&load, &copts, &o, connector, s2, &reload2)
         });
         Daemon {
             dir,
             status,
             stop,
+            specs,
+            reload,
             join: Some(join),
         }
+    }
+
+    /// Replaces the specs and asks for a reload (what SIGHUP does).
+    fn reload(&self, specs: Vec<DiscoverySpec>) {
+        *self.specs.lock().unwrap() = specs;
+        self.reload.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn status(&self) -> Status {
@@ -387,8 +418,9 @@ fn unreachable_discovery_controller_and_refused_host_are_reported() {
     );
     let d = Daemon::start_with(
         "bad",
-        &[p1, p2, nobody],
+        vec![spec(p1), spec(p2), spec(nobody)],
         Arc::new(Redirect { nqn: B, port: q1 }),
+        How::Nbd,
     );
     let s = d.wait("A mapped beside the problems", |s| {
         mapped(s, A).len() == 2
@@ -512,4 +544,137 @@ fn fast_io_fail_tmo_fails_io_while_reconnecting_goes_on() {
     assert!(served.reconnects >= 1, "{served:?}");
     assert!(served.stats.errors >= 2, "{served:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_namespace_ublk_cannot_take_is_refused_by_name() {
+    const C: &str = "nqn.2024-01.io.nvmf-rs:mapd-8k";
+    let p = free_port();
+    let t = start_live(
+        &format!(
+            r#"
+ports:
+  - {{ portid: 1, trtype: tcp, traddr: 127.0.0.1, trsvcid: "{p}", subsystems: [{C}] }}
+subsystems:
+  - nqn: {C}
+    allow_any_host: true
+    namespaces: [{{ nsid: 1, device_path: "ram:4M", block_size: 8192 }}]
+"#
+        ),
+        None,
+    );
+    let d = Daemon::start_with("8k", vec![spec(p)], Arc::new(NetConnector), How::Ublk);
+    let s = d.wait("the 8 KiB namespace refused", |s| {
+        s.subsystems
+            .get(C)
+            .and_then(|c| c.namespaces.get(&1))
+            .is_some_and(|n| n.state == NsState::Failed)
+    });
+    let n = &s.subsystems[C].namespaces[&1];
+    assert_eq!(n.block_size, 8192);
+    assert!(
+        n.detail.contains("8192-byte blocks") && n.detail.contains("NBD"),
+        "{n:?}"
+    );
+    assert!(
+        std::fs::read_dir(d.dir.join("by-id")).map_or(true, |mut r| r.next().is_none()),
+        "no stable name for a device that does not exist"
+    );
+    d.stop();
+    drop(t);
+}
+
+#[test]
+fn reload_applies_the_difference_and_refuses_a_bad_configuration() {
+    let (p1, p2) = (free_port(), free_port());
+    let t = start_live(&yaml(p1, p2, "allow_any_host: true", false), None);
+    let d = Daemon::start("reload", &[p1]);
+    d.wait("A mapped through port 1", |s| {
+        mapped(s, A).len() == 2 && s.subsystems[A].paths.len() == 1
+    });
+    // A second discovery controller: A gains its path, nothing is remapped.
+    d.reload(vec![spec(p1), spec(p2)]);
+    d.wait("A on both paths", |s| {
+        mapped(s, A).len() == 2 && s.subsystems[A].paths.len() == 2
+    });
+    // A bad line refuses the whole reload; what runs stays.
+    let mut bad = spec(p1);
+    bad.transport = "fc".into();
+    d.reload(vec![spec(p1), bad]);
+    let s = d.wait("the reload refused", |s| {
+        s.problems.iter().any(|p| p.contains("reload refused"))
+    });
+    assert!(
+        s.problems.iter().any(|p| p.contains("fc")),
+        "{:?}",
+        s.problems
+    );
+    assert_eq!(mapped(&s, A).len(), 2);
+    assert_eq!(s.subsystems[A].paths.len(), 2);
+    // No discovery controller left: everything is unmapped.
+    d.reload(Vec::new());
+    d.wait("A unmapped", |s| !s.subsystems.contains_key(A));
+    d.stop();
+    drop(t);
+}
+
+#[test]
+fn a_target_gone_past_ctrl_loss_tmo_fails_io_and_comes_back_mapped() {
+    let (p1, p2) = (free_port(), free_port());
+    let t = start_live(&yaml(p1, p2, "allow_any_host: true", false), None);
+    let mut s1 = spec(p1);
+    s1.ctrl_loss_tmo = Some(2);
+    s1.reconnect_delay = Some(1);
+    let d = Daemon::start_with("gone", vec![s1], Arc::new(NetConnector), How::Nbd);
+    let s = d.wait("A mapped", |s| mapped(s, A).len() == 2);
+    let sock = socket_of(&s, A, 1);
+    assert!(nbd_read_all(&sock).0);
+
+    change(&t, Op::RemovePort { portid: 1 });
+    let lost = Instant::now();
+    let (ok, _) = nbd_read_all(&sock);
+    let failed_after = lost.elapsed();
+    assert!(!ok, "a read while the target is gone must fail");
+    // It waited for the reconnect (no fast_io_fail_tmo), then failed, and nothing hung.
+    assert!(
+        failed_after >= Duration::from_millis(1500) && failed_after < Duration::from_secs(2 + 5),
+        "the read failed {failed_after:?} after the loss (ctrl_loss_tmo 2 s)"
+    );
+    let s = d.wait("the namespaces failed past ctrl_loss_tmo", |s| {
+        s.subsystems.get(A).is_some_and(|a| {
+            a.namespaces.len() == 2
+                && a.namespaces
+                    .values()
+                    .all(|n| n.state == NsState::Failed && n.detail.contains("ctrl-loss-tmo"))
+        })
+    });
+    assert!(!sock.exists(), "the socket is removed: {s:#?}");
+    assert!(
+        s.subsystems[A]
+            .paths
+            .iter()
+            .all(|p| p.state.starts_with("down")),
+        "{s:#?}"
+    );
+
+    // The target comes back: the daemon maps the namespaces again by itself.
+    change(
+        &t,
+        Op::AddPort {
+            portid: 1,
+            trtype: nvmf_target::config::TrType::Tcp,
+            traddr: "127.0.0.1".into(),
+            trsvcid: p1.to_string(),
+        },
+    );
+    change(
+        &t,
+        Op::LinkSubsystem {
+            portid: 1,
+            nqn: A.into(),
+        },
+    );
+    let s = d.wait("A mapped again", |s| mapped(s, A).len() == 2);
+    assert!(nbd_read_all(&socket_of(&s, A, 1)).0);
+    d.stop();
 }

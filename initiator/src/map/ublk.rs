@@ -49,6 +49,34 @@ const CTRL_RING_DEPTH: u32 = 8;
 /// The name ublk shows for the target.
 const TARGET_NAME: &str = "nvmf";
 
+/// The smallest logical block ublk takes (2^9).
+const MIN_UBLK_BLOCK: u32 = 512;
+/// Page size assumed when the system does not say.
+const DEFAULT_PAGE_SIZE: u32 = 4096;
+
+/// The page size, the largest logical block ublk takes.
+fn page_size() -> u32 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(DEFAULT_PAGE_SIZE)
+}
+
+/// ublk takes logical blocks from 512 bytes to the page size (the kernel refuses
+/// other `logical_bs_shift` values): a namespace formatted otherwise is refused
+/// before any device is created, with what to do instead.
+pub fn check_block_size(block_size: u32, page: u32) -> Result<(), Error> {
+    if (MIN_UBLK_BLOCK..=page).contains(&block_size) {
+        return Ok(());
+    }
+    Err(Error::Unsupported(format!(
+        "the namespace has {block_size}-byte blocks; a ublk device takes {MIN_UBLK_BLOCK} to \
+         {page}-byte blocks (the page size): serve it over NBD instead (map --socket, mapd \
+         --nbd-dir)"
+    )))
+}
+
 /// The ublk device parameters for a namespace.
 fn params(g: &Geometry, size: u64) -> sys::ublk_params {
     let bs_shift = g.block_size.max(1).trailing_zeros() as u8;
@@ -154,6 +182,7 @@ pub fn serve_ublk(
     requeue: Option<Arc<dyn Requeue + Send + Sync>>,
     on_ready: impl FnOnce(&str, u16, u16) + Send + Sync + 'static,
 ) -> Result<MapStats, Error> {
+    check_block_size(geometry.block_size, page_size())?;
     let nr_queues = u16::try_from(queues.len())
         .map_err(|_| Error::InvalidArgument("too many queues for ublk".into()))?;
     if nr_queues == 0 {
@@ -540,6 +569,19 @@ mod tests {
         // The block layer's flush request carries sector -1.
         let r = request_for(5, &iod(sys::UBLK_IO_OP_FLUSH, 0, u64::MAX)).unwrap();
         assert_eq!((r.kind, r.offset, r.length), (cmd::FLUSH, 0, 0));
+    }
+
+    #[test]
+    fn block_sizes_ublk_cannot_take_are_refused_by_name() {
+        assert!(check_block_size(512, 4096).is_ok());
+        assert!(check_block_size(4096, 4096).is_ok());
+        let e = check_block_size(8192, 4096).err().map(|e| e.to_string());
+        let e = e.unwrap_or_default();
+        assert!(
+            e.contains("8192-byte blocks") && e.contains("512 to 4096") && e.contains("NBD"),
+            "{e}"
+        );
+        assert!(check_block_size(8192, 65536).is_ok());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! gets the same name across restarts.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -41,6 +42,9 @@ pub struct MapTarget {
 pub struct Mapping {
     pub name: String,
     pub size_bytes: u64,
+    /// It ended with an error that trying again cannot mend (a block size ublk cannot
+    /// take, ...): it is not retried until the namespace changes.
+    refused: Arc<AtomicBool>,
     stop: Arc<Stopper>,
     join: Option<JoinHandle<()>>,
 }
@@ -83,13 +87,20 @@ impl Mapping {
         let size_bytes = ns.size_bytes();
         t.board
             .set_ns(&t.subnqn, ns, &name, NsState::Connecting, String::new());
+        let refused = Arc::new(AtomicBool::new(false));
         let (t2, ns2, name2, stop2) = (t.clone(), ns.clone(), name.clone(), stop.clone());
+        let r2 = refused.clone();
         let join = std::thread::Builder::new()
             .name(format!("mapd-n{}", ns.nsid.0))
-            .spawn(move || run(&t2, &ns2, &name2, &stop2))?;
+            .spawn(move || {
+                if run(&t2, &ns2, &name2, &stop2) {
+                    r2.store(true, Ordering::SeqCst);
+                }
+            })?;
         Ok(Mapping {
             name,
             size_bytes,
+            refused,
             stop,
             join: Some(join),
         })
@@ -99,6 +110,11 @@ impl Mapping {
     /// start).
     pub fn is_finished(&self) -> bool {
         self.join.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// It ended with an error that only a change of the namespace can mend.
+    pub fn is_refused(&self) -> bool {
+        self.refused.load(Ordering::SeqCst)
     }
 
     /// Stops serving: in-flight requests are answered, then the controller shuts down.
@@ -140,17 +156,21 @@ fn connect(t: &MapTarget) -> Result<Session, Error> {
     Err(last.unwrap_or_else(|| Error::NotFound("the subsystem has no path".into())))
 }
 
-fn run(t: &MapTarget, ns: &NamespaceInfo, name: &str, stop: &Stopper) {
+/// Serves until stopped or failed; true when it failed for good (see
+/// [`Mapping::is_refused`]).
+fn run(t: &MapTarget, ns: &NamespaceInfo, name: &str, stop: &Stopper) -> bool {
     let r = serve(t, ns, name, stop);
     match &r {
         Ok(()) => {
             info!(subnqn = %t.subnqn, nsid = %ns.nsid, name, "namespace unmapped");
             t.board.remove_ns(&t.subnqn, ns.nsid);
+            false
         }
         Err(e) => {
             warn!(subnqn = %t.subnqn, nsid = %ns.nsid, name, "namespace not mapped: {e}");
             t.board
                 .set_ns(&t.subnqn, ns, name, NsState::Failed, e.to_string());
+            matches!(e, Error::Unsupported(_) | Error::InvalidArgument(_))
         }
     }
 }

@@ -76,6 +76,10 @@ pub struct MapdOptions {
 /// Where [`run`] gets its specs (again on reload).
 pub type LoadSpecs<'a> = &'a dyn Fn() -> Result<Vec<DiscoverySpec>, Error>;
 
+/// Resolved specs: the profiles, the starting controllers (with their discovery
+/// NQNs), and the problems of the specs that cannot be used.
+type Resolved = (Vec<Profile>, Vec<(PortAddr, String)>, Vec<String>);
+
 /// A starting discovery controller kept connected for its notices.
 struct DiscoveryWatch {
     addr: PortAddr,
@@ -121,7 +125,8 @@ pub fn run(
         discovery: Vec::new(),
         watches: BTreeMap::new(),
     };
-    let problems = d.load(load()?);
+    let (profiles, starts, problems) = d.resolve(&load()?);
+    d.apply(profiles, starts);
     if d.starts.is_empty() {
         return Err(Error::InvalidArgument(format!(
             "no usable discovery controller: {}",
@@ -131,13 +136,30 @@ pub fn run(
     let mut next_walk = Instant::now();
     while !stop.is_triggered() {
         if reload.swap(false, Ordering::SeqCst) {
-            match load() {
-                Ok(specs) => {
-                    info!("reloading the discovery configuration");
-                    d.load(specs);
+            // A reload applies whole or not at all: one bad line keeps the running
+            // configuration (as the target's reload does).
+            let resolved = load().and_then(|specs| {
+                let (profiles, starts, problems) = d.resolve(&specs);
+                match problems.is_empty() {
+                    true => Ok((profiles, starts)),
+                    false => Err(Error::InvalidArgument(problems.join("; "))),
+                }
+            });
+            match resolved {
+                Ok((profiles, starts)) => {
+                    info!(
+                        controllers = starts.len(),
+                        "discovery configuration reloaded"
+                    );
+                    d.apply(profiles, starts);
                     next_walk = Instant::now();
                 }
-                Err(e) => warn!("reload failed, keeping the running configuration: {e}"),
+                Err(e) => {
+                    warn!("reload refused, the running configuration stays: {e}");
+                    d.board.set_problems(vec![format!(
+                        "reload refused, the running configuration stays: {e}"
+                    )]);
+                }
             }
         }
         if d.follow_discovery() || Instant::now() >= next_walk {
@@ -154,19 +176,20 @@ pub fn run(
 }
 
 impl Daemon<'_> {
-    /// Takes a new set of specs; returns the problems of those that cannot be used.
-    fn load(&mut self, specs: Vec<DiscoverySpec>) -> Vec<String> {
+    /// Resolves specs: the profiles and starting controllers of the usable ones, and
+    /// the problems of the others.
+    fn resolve(&self, specs: &[DiscoverySpec]) -> Resolved {
         let mut problems = Vec::new();
-        self.profiles.clear();
-        self.starts.clear();
-        for s in &specs {
+        let mut profiles = Vec::new();
+        let mut starts = Vec::new();
+        for s in specs {
             let start = s
                 .trtype()
                 .map(|t| (PortAddr::new(t, &s.traddr, &s.trsvcid), s.subnqn.clone()));
             match (Profile::resolve(s, self.copts), start) {
                 (Ok(p), Some(start)) => {
-                    self.starts.push(start);
-                    self.profiles.push(p);
+                    starts.push(start);
+                    profiles.push(p);
                 }
                 (Err(e), _) => problems.push(e.to_string()),
                 (Ok(_), None) => {
@@ -177,6 +200,14 @@ impl Daemon<'_> {
         for p in &problems {
             warn!("{p}");
         }
+        (profiles, starts, problems)
+    }
+
+    /// Starts from these discovery controllers from now on (the next walk applies
+    /// the difference to the subsystems).
+    fn apply(&mut self, profiles: Vec<Profile>, starts: Vec<(PortAddr, String)>) {
+        self.profiles = profiles;
+        self.starts = starts;
         self.discovery = self
             .starts
             .iter()
@@ -189,7 +220,6 @@ impl Daemon<'_> {
                 next_try: Instant::now(),
             })
             .collect();
-        problems
     }
 
     /// Keeps the discovery controllers connected; true when one reported a change.

@@ -150,6 +150,9 @@ struct Watcher {
     mappings: BTreeMap<u32, Mapping>,
     /// Namespaces whose mapping ended by itself, and when they may be tried again.
     retry_at: BTreeMap<u32, Instant>,
+    /// Namespaces whose mapping failed for good, as they were then: tried again only
+    /// once the target reports them changed.
+    refused: BTreeMap<u32, NamespaceInfo>,
 }
 
 impl Watcher {
@@ -162,6 +165,7 @@ impl Watcher {
             seen: Vec::new(),
             mappings: BTreeMap::new(),
             retry_at: BTreeMap::new(),
+            refused: BTreeMap::new(),
         }
     }
 
@@ -332,11 +336,11 @@ impl Watcher {
 
     /// Mappings that ended by themselves are forgotten (tried again later).
     fn reap(&mut self) {
-        let ended: Vec<u32> = self
+        let ended: Vec<(u32, bool)> = self
             .mappings
             .iter()
             .filter(|(_, m)| m.is_finished())
-            .map(|(&n, _)| n)
+            .map(|(&n, m)| (n, m.is_refused()))
             .collect();
         if ended.is_empty() {
             let live = self.paths.iter().any(|p| p.ctrl.is_some());
@@ -346,9 +350,15 @@ impl Watcher {
             return;
         }
         let again = Instant::now() + self.reconnect_delay();
-        for n in ended {
+        for (n, refused) in ended {
             self.mappings.remove(&n);
-            self.retry_at.insert(n, again);
+            if refused {
+                if let Some(ns) = self.seen.iter().find(|s| s.nsid.0 == n) {
+                    self.refused.insert(n, ns.clone());
+                }
+            } else {
+                self.retry_at.insert(n, again);
+            }
         }
     }
 
@@ -388,6 +398,8 @@ impl Watcher {
                 .remove_ns(&self.spec.subnqn, nvmf_common::types::Nsid(n));
         }
         self.retry_at.retain(|n, _| wanted.contains_key(n));
+        self.refused
+            .retain(|n, was| wanted.get(n).is_some_and(|now| *now == was));
         let Ok(nqn) = Nqn::new(self.spec.subnqn.as_str()) else {
             return;
         };
@@ -402,7 +414,10 @@ impl Watcher {
             board: self.spec.board.clone(),
         };
         for (n, ns) in wanted {
-            if self.mappings.contains_key(&n) || self.retry_at.get(&n).is_some_and(|&t| t > now) {
+            if self.mappings.contains_key(&n)
+                || self.refused.contains_key(&n)
+                || self.retry_at.get(&n).is_some_and(|&t| t > now)
+            {
                 continue;
             }
             self.retry_at.remove(&n);
