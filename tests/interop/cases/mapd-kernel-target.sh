@@ -1,19 +1,56 @@
-# nvmf-initiator mapd --ublk against the Linux kernel's NVMe/TCP target (nvmet, configfs): the
-# subsystem discovery lists is mapped namespace by namespace as /dev/ublkbN with a stable link
-# (nvmf-uuid.<nvmet's namespace UUID>); fio --verify through it; a namespace added through configfs
-# appears and a removed one vanishes without a command (nvmet's Namespace Attribute Changed);
-# mapd-status lists them; SIGTERM removes every device and link, and a restart brings the same
-# names back.
+# connect-all and mapd --ublk against the Linux kernel's NVMe/TCP target (nvmet, configfs): two
+# subsystems, each on two ports (port 2's ANA group non-optimized), two namespaces each, found
+# through the two discovery controllers of a discovery.conf. connect-all lists both subsystems
+# with both paths and their ANA states; mapd maps the four namespaces as ublk devices with stable
+# links (nvmf-uuid.<nvmet's namespace UUID>); a namespace added through configfs appears and a
+# removed one vanishes without a command (nvmet's Namespace Attribute Changed); verifying fio runs
+# on two devices while port 1 drops both subsystems (nvmet ends their controllers) and takes
+# them back; SIGTERM removes every device and link, and a restart brings the same names back.
 . "$INTEROP/lib.sh"
-NQN=nqn.2014-08.org.example:kernel-mapd
+S1=nqn.2014-08.org.example:kernel-mapd-one
+S2=nqn.2014-08.org.example:kernel-mapd-two
 I="$BIN/nvmf-initiator"
 U=00000000-0000-4000-8000-0000000000c1
+HOST="-q nqn.2014-08.org.nvmexpress:uuid:$U -I $U"
 LINKS=$WORK/by-id
 SOCK=$WORK/mapd.sock
 run "ublk driver" modprobe ublk_drv
-run "backing files" truncate -s 128M "$WORK/d1.img"
-run "second backing file" truncate -s 64M "$WORK/d2.img"
-run "kernel target (configfs)" kernel_target_add tcp "$GUEST_IP" 4420 "$NQN" "$WORK/d1.img"
+
+# ns_add SUBNQN NSID FILE: a buffered file namespace, enabled.
+ns_add() {
+  mkdir "$NVMET/subsystems/$1/namespaces/$2" &&
+    echo "$3" > "$NVMET/subsystems/$1/namespaces/$2/device_path" &&
+    echo 1 > "$NVMET/subsystems/$1/namespaces/$2/buffered_io" &&
+    echo 1 > "$NVMET/subsystems/$1/namespaces/$2/enable"
+}
+# port_add ID TRSVCID: a TCP port on the guest's address.
+port_add() {
+  mkdir "$NVMET/ports/$1" && echo tcp > "$NVMET/ports/$1/addr_trtype" &&
+    echo ipv4 > "$NVMET/ports/$1/addr_adrfam" && echo "$GUEST_IP" > "$NVMET/ports/$1/addr_traddr" &&
+    echo "$2" > "$NVMET/ports/$1/addr_trsvcid"
+}
+# link PORT SUBNQN / unlink PORT SUBNQN: export a subsystem on a port, or stop.
+link() { ln -s "$NVMET/subsystems/$2" "$NVMET/ports/$1/subsystems/$2"; }
+unlink_sub() { rm "$NVMET/ports/$1/subsystems/$2"; }
+
+for f in a1 a2 b1 b2 a3; do run "backing file $f" truncate -s 64M "$WORK/$f.img"; done
+for s in "$S1" "$S2"; do
+  run "subsystem $s" sh -c "mkdir $NVMET/subsystems/$s && echo 1 > $NVMET/subsystems/$s/attr_allow_any_host"
+done
+run "namespace 1 of $S1" ns_add "$S1" 1 "$WORK/a1.img"
+run "namespace 2 of $S1" ns_add "$S1" 2 "$WORK/a2.img"
+run "namespace 1 of $S2" ns_add "$S2" 1 "$WORK/b1.img"
+run "namespace 2 of $S2" ns_add "$S2" 2 "$WORK/b2.img"
+run "port 1" port_add 1 4420
+run "port 2" port_add 2 4421
+run "port 2's ANA group non-optimized" sh -c "echo non-optimized > $NVMET/ports/2/ana_groups/1/ana_state"
+for p in 1 2; do for s in "$S1" "$S2"; do run "export $s on port $p" link "$p" "$s"; done; done
+printf -- '-t tcp -a %s -s 4420\n-t tcp -a %s -s 4421\n' "$GUEST_IP" "$GUEST_IP" > "$WORK/discovery.conf"
+
+expect "connect-all: both subsystems, both paths, ANA states" "non-optimized" \
+  "$I" connect-all --discovery-conf "$WORK/discovery.conf" $HOST -o json
+check "connect-all: two subsystems with two live paths each" "[ \$(grep -c '\"state\": \"live\"' '$WORK/.expect.out') -eq 4 ]"
+check "connect-all: two optimized paths" "[ \$(grep -c '\"ana_state\": \"optimized\"' '$WORK/.expect.out') -eq 2 ]"
 
 # wait_links N: until exactly N stable names exist (30 s at most).
 wait_links() {
@@ -25,47 +62,73 @@ wait_links() {
   done
   ls -l "$LINKS"
 }
+# dev_of SUBNQN NSID: the ublk device mapd-status names for that namespace.
+dev_of() {
+  "$I" mapd-status --status-socket "$SOCK" -o json |
+    python3 -c "import json,sys; s=json.load(sys.stdin); print(s['subsystems']['$1']['namespaces']['$2']['detail'].split('/')[-1])"
+}
 start_mapd() {
-  start_bg mapd "$I" mapd -t tcp -a "$GUEST_IP" -s 4420 -q "nqn.2014-08.org.nvmexpress:uuid:$U" -I "$U" \
-    -i 1 --ublk --link-dir "$LINKS" --status-socket "$SOCK"
+  start_bg mapd "$I" mapd --discovery-conf "$WORK/discovery.conf" $HOST -i 1 -c 1 -l 60 --ublk \
+    --link-dir "$LINKS" --status-socket "$SOCK"
 }
 start_mapd
-wait_links 1
-L1=$(ls "$LINKS" | grep '^nvmf-uuid\.')
-check "the name is nvmet's namespace UUID" "[ -n '$L1' ]"
-DEV1=$(basename "$(readlink "$LINKS/$L1")")
-wait_block "$DEV1" 30
-check "namespace 1 is 128 MiB" "[ \$(cat /sys/block/$DEV1/size) -eq 262144 ]"
-run "fio 4k random write, verify" fio --name=r4k --filename="/dev/$DEV1" --direct=1 --ioengine=libaio \
-  --rw=randwrite --bs=4k --iodepth=16 --size=32M --verify=crc32c --do_verify=1
-run "namespace 2 added on the target" sh -c "mkdir $NVMET/subsystems/$NQN/namespaces/2 &&
-  echo $WORK/d2.img > $NVMET/subsystems/$NQN/namespaces/2/device_path &&
-  echo 1 > $NVMET/subsystems/$NQN/namespaces/2/enable"
-wait_links 2
-L2=$(ls "$LINKS" | grep '^nvmf-' | grep -v "^$L1\$")
-DEV2=$(basename "$(readlink "$LINKS/$L2")")
-wait_block "$DEV2" 30
-check "namespace 2 is 64 MiB" "[ \$(cat /sys/block/$DEV2/size) -eq 131072 ]"
-expect "mapd-status lists both as mapped" "nsid 2 $L2 67108864 bytes .* mapped /dev/$DEV2" "$I" mapd-status --status-socket "$SOCK"
-run "fio on namespace 2, verify" fio --name=n2 --filename="/dev/$DEV2" --direct=1 --ioengine=libaio \
+wait_links 4
+NAMES=$(ls "$LINKS" | grep '^nvmf-' | sort)
+check "the names are nvmet's namespace UUIDs" "[ \$(ls '$LINKS' | grep -c '^nvmf-uuid\.') -eq 4 ]"
+expect "mapd-status: both paths with their ANA states" "trsvcid=4421 live non-optimized" \
+  "$I" mapd-status --status-socket "$SOCK"
+D1=$(dev_of "$S1" 1)
+D2=$(dev_of "$S2" 1)
+wait_block "$D1" 30
+wait_block "$D2" 30
+check "64 MiB each" "[ \$(cat /sys/block/$D1/size) -eq 131072 ] && [ \$(cat /sys/block/$D2/size) -eq 131072 ]"
+
+run "namespace 3 added on the target" ns_add "$S1" 3 "$WORK/a3.img"
+wait_links 5
+D3=$(dev_of "$S1" 3)
+wait_block "$D3" 30
+run "fio on namespace 3, verify" fio --name=n3 --filename="/dev/$D3" --direct=1 --ioengine=libaio \
   --rw=randwrite --bs=16k --iodepth=8 --size=16M --verify=md5 --do_verify=1
-run "namespace 2 removed on the target" sh -c "echo 0 > $NVMET/subsystems/$NQN/namespaces/2/enable &&
-  rmdir $NVMET/subsystems/$NQN/namespaces/2"
-wait_links 1
+run "namespace 3 removed on the target" sh -c "echo 0 > $NVMET/subsystems/$S1/namespaces/3/enable &&
+  rmdir $NVMET/subsystems/$S1/namespaces/3"
+wait_links 4
 n=150
-while [ -e "/dev/$DEV2" ] && [ "$n" -gt 0 ]; do n=$((n - 1)); sleep 0.2; done
-check "namespace 2's device is gone" "[ ! -e /dev/$DEV2 ]"
-check "namespace 1 stays" "[ -b /dev/$DEV1 ]"
+while [ -e "/dev/$D3" ] && [ "$n" -gt 0 ]; do n=$((n - 1)); sleep 0.2; done
+check "namespace 3's device is gone" "[ ! -e /dev/$D3 ]"
+check "the same four names" "[ \"\$(ls '$LINKS' | grep '^nvmf-' | sort)\" = '$NAMES' ]"
+
+for d in "$D1" "$D2"; do
+  start_bg "fio-$d" fio --name="fo-$d" --filename="/dev/$d" --direct=1 --ioengine=libaio --rw=randwrite \
+    --bs=4k --iodepth=16 --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1
+done
+sleep 2
+run "port 1 drops both subsystems" sh -c "rm $NVMET/ports/1/subsystems/$S1 $NVMET/ports/1/subsystems/$S2"
+sleep 4
+run "port 1 exports them again" sh -c "ln -s $NVMET/subsystems/$S1 $NVMET/ports/1/subsystems/$S1 &&
+  ln -s $NVMET/subsystems/$S2 $NVMET/ports/1/subsystems/$S2"
+for d in "$D1" "$D2"; do
+  pid=$(cat "$LOG/fio-$d.pid")
+  n=900
+  while kill -0 "$pid" 2>/dev/null && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done
+  check "fio on $d finished" "! kill -0 $pid 2>/dev/null"
+  wait "$pid"
+  rc=$?
+  cat "$LOG/fio-$d.log"
+  check "fio on $d verified without an error" "[ $rc -eq 0 ] && ! grep -q 'err=[ ]*[1-9]' '$LOG/fio-$d.log'"
+done
+check "the mappings lost their queues and went on" "grep -q 'I/O queue lost' '$LOG/mapd.log'"
+
 stop_bg mapd
 check "mapd drained on SIGTERM" "grep -q 'SIGTERM: draining' '$LOG/mapd.log'"
 check "no stable name left" "[ \$(ls '$LINKS' | grep -c '^nvmf-') -eq 0 ]"
-check "the device is gone" "[ ! -e /dev/$DEV1 ]"
+check "the devices are gone" "[ ! -e /dev/$D1 ] && [ ! -e /dev/$D2 ]"
 check "the status socket is gone" "[ ! -e '$SOCK' ]"
-log_clean mapd
 mv "$LOG/mapd.log" "$LOG/mapd-first.log"
 start_mapd
-wait_links 1
-check "the restart brings the same name back" "[ -e '$LINKS/$L1' ]"
+wait_links 4
+check "the restart brings the same names back" "[ \"\$(ls '$LINKS' | grep '^nvmf-' | sort)\" = '$NAMES' ]"
 stop_bg mapd
-log_clean mapd
-echo "mapd against the kernel target: all checks passed"
+for l in mapd mapd-first; do
+  if grep -nE 'ERROR|panicked' "$LOG/$l.log"; then echo "FAIL: $l logged the lines above"; exit 1; fi
+done
+echo "connect-all and mapd against the kernel target: all checks passed"
