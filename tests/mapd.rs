@@ -254,6 +254,26 @@ fn nbdcopy(from: &str, to: &str) {
     );
 }
 
+/// Port 1 back on TCP `port` of 127.0.0.1, exporting A again (after `RemovePort`).
+fn restore_port(t: &LiveTarget, port: u16) {
+    change(
+        t,
+        Op::AddPort {
+            portid: 1,
+            trtype: nvmf_target::config::TrType::Tcp,
+            traddr: "127.0.0.1".into(),
+            trsvcid: port.to_string(),
+        },
+    );
+    change(
+        t,
+        Op::LinkSubsystem {
+            portid: 1,
+            nqn: A.into(),
+        },
+    );
+}
+
 fn change(t: &LiveTarget, op: Op) {
     let r = handle(&t.live, &Request::Change(op));
     assert!(r.ok, "{:?}", r.error);
@@ -516,22 +536,7 @@ fn fast_io_fail_tmo_fails_io_while_reconnecting_goes_on() {
         assert!(took < Duration::from_secs(1), "it took {took:?}");
 
         // The port comes back: the same export serves again, without a command.
-        change(
-            &t,
-            Op::AddPort {
-                portid: 1,
-                trtype: nvmf_target::config::TrType::Tcp,
-                traddr: "127.0.0.1".into(),
-                trsvcid: p1.to_string(),
-            },
-        );
-        change(
-            &t,
-            Op::LinkSubsystem {
-                portid: 1,
-                nqn: A.into(),
-            },
-        );
+        restore_port(&t, p1);
         let deadline = Instant::now() + SETTLE;
         while !nbd_read_all(&sock).0 {
             assert!(Instant::now() < deadline, "the export never served again");
@@ -658,22 +663,7 @@ fn a_target_gone_past_ctrl_loss_tmo_fails_io_and_comes_back_mapped() {
     );
 
     // The target comes back: the daemon maps the namespaces again by itself.
-    change(
-        &t,
-        Op::AddPort {
-            portid: 1,
-            trtype: nvmf_target::config::TrType::Tcp,
-            traddr: "127.0.0.1".into(),
-            trsvcid: p1.to_string(),
-        },
-    );
-    change(
-        &t,
-        Op::LinkSubsystem {
-            portid: 1,
-            nqn: A.into(),
-        },
-    );
+    restore_port(&t, p1);
     let s = d.wait("A mapped again", |s| mapped(s, A).len() == 2);
     assert!(nbd_read_all(&socket_of(&s, A, 1)).0);
     d.stop();

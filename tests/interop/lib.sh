@@ -255,3 +255,21 @@ wait_ana() {
   echo "path to $1 is '$(cat "/sys/block/$(path_of "$1" "${4:-}")/ana_state" 2>/dev/null)', not $2" >&2
   return 1
 }
+
+# mapd_wait_links DIR N: until exactly N mapd stable names (nvmf-*) exist in DIR (30 s at most;
+# the listing and $LOG/mapd.log are shown on failure).
+mapd_wait_links() {
+  _n=150
+  while [ "$(ls "$1" 2>/dev/null | grep -c '^nvmf-')" -ne "$2" ]; do
+    _n=$((_n - 1))
+    [ "$_n" -gt 0 ] || { ls -l "$1"; cat "$LOG/mapd.log"; echo "FAIL: never $2 stable name(s) in $1"; exit 1; }
+    sleep 0.2
+  done
+  ls -l "$1"
+}
+
+# mapd_dev SOCKET SUBNQN NSID: the ublk device (ublkbN) a running mapd names for that namespace.
+mapd_dev() {
+  "$BIN/nvmf-initiator" mapd-status --status-socket "$1" -o json |
+    python3 -c "import json,sys; s=json.load(sys.stdin); print(s['subsystems']['$2']['namespaces']['$3']['detail'].split('/')[-1])"
+}

@@ -52,46 +52,31 @@ expect "connect-all: both subsystems, both paths, ANA states" "non-optimized" \
 check "connect-all: two subsystems with two live paths each" "[ \$(grep -c '\"state\": \"live\"' '$WORK/.expect.out') -eq 4 ]"
 check "connect-all: two optimized paths" "[ \$(grep -c '\"ana_state\": \"optimized\"' '$WORK/.expect.out') -eq 2 ]"
 
-# wait_links N: until exactly N stable names exist (30 s at most).
-wait_links() {
-  _n=150
-  while [ "$(ls "$LINKS" 2>/dev/null | grep -c '^nvmf-')" -ne "$1" ]; do
-    _n=$((_n - 1))
-    [ "$_n" -gt 0 ] || { ls -l "$LINKS"; cat "$LOG/mapd.log"; echo "FAIL: never $1 stable name(s)"; exit 1; }
-    sleep 0.2
-  done
-  ls -l "$LINKS"
-}
-# dev_of SUBNQN NSID: the ublk device mapd-status names for that namespace.
-dev_of() {
-  "$I" mapd-status --status-socket "$SOCK" -o json |
-    python3 -c "import json,sys; s=json.load(sys.stdin); print(s['subsystems']['$1']['namespaces']['$2']['detail'].split('/')[-1])"
-}
 start_mapd() {
   start_bg mapd "$I" mapd --discovery-conf "$WORK/discovery.conf" $HOST -i 1 -c 1 -l 60 --ublk \
     --link-dir "$LINKS" --status-socket "$SOCK"
 }
 start_mapd
-wait_links 4
+mapd_wait_links "$LINKS" 4
 NAMES=$(ls "$LINKS" | grep '^nvmf-' | sort)
 check "the names are nvmet's namespace UUIDs" "[ \$(ls '$LINKS' | grep -c '^nvmf-uuid\.') -eq 4 ]"
 expect "mapd-status: both paths with their ANA states" "trsvcid=4421 live non-optimized" \
   "$I" mapd-status --status-socket "$SOCK"
-D1=$(dev_of "$S1" 1)
-D2=$(dev_of "$S2" 1)
+D1=$(mapd_dev "$SOCK" "$S1" 1)
+D2=$(mapd_dev "$SOCK" "$S2" 1)
 wait_block "$D1" 30
 wait_block "$D2" 30
 check "64 MiB each" "[ \$(cat /sys/block/$D1/size) -eq 131072 ] && [ \$(cat /sys/block/$D2/size) -eq 131072 ]"
 
 run "namespace 3 added on the target" ns_add "$S1" 3 "$WORK/a3.img"
-wait_links 5
-D3=$(dev_of "$S1" 3)
+mapd_wait_links "$LINKS" 5
+D3=$(mapd_dev "$SOCK" "$S1" 3)
 wait_block "$D3" 30
 run "fio on namespace 3, verify" fio --name=n3 --filename="/dev/$D3" --direct=1 --ioengine=libaio \
   --rw=randwrite --bs=16k --iodepth=8 --size=16M --verify=md5 --do_verify=1
 run "namespace 3 removed on the target" sh -c "echo 0 > $NVMET/subsystems/$S1/namespaces/3/enable &&
   rmdir $NVMET/subsystems/$S1/namespaces/3"
-wait_links 4
+mapd_wait_links "$LINKS" 4
 n=150
 while [ -e "/dev/$D3" ] && [ "$n" -gt 0 ]; do n=$((n - 1)); sleep 0.2; done
 check "namespace 3's device is gone" "[ ! -e /dev/$D3 ]"
@@ -125,7 +110,7 @@ check "the devices are gone" "[ ! -e /dev/$D1 ] && [ ! -e /dev/$D2 ]"
 check "the status socket is gone" "[ ! -e '$SOCK' ]"
 mv "$LOG/mapd.log" "$LOG/mapd-first.log"
 start_mapd
-wait_links 4
+mapd_wait_links "$LINKS" 4
 check "the restart brings the same names back" "[ \"\$(ls '$LINKS' | grep '^nvmf-' | sort)\" = '$NAMES' ]"
 stop_bg mapd
 for l in mapd mapd-first; do

@@ -39,42 +39,27 @@ start_bg target "$T" --config "$WORK/target.yaml" --ctl-socket "$CTL"
 wait_port "$GUEST_IP" 4420
 wait_port "$GUEST_IP" 4421
 
-# wait_links N: until exactly N stable names exist (30 s at most).
-wait_links() {
-  _n=150
-  while [ "$(ls "$LINKS" 2>/dev/null | grep -c '^nvmf-')" -ne "$1" ]; do
-    _n=$((_n - 1))
-    [ "$_n" -gt 0 ] || { ls -l "$LINKS"; cat "$LOG/mapd.log"; echo "FAIL: never $1 stable name(s)"; exit 1; }
-    sleep 0.2
-  done
-  ls -l "$LINKS"
-}
-# dev_of SUBNQN NSID: the ublk device mapd-status names for that namespace.
-dev_of() {
-  "$I" mapd-status --status-socket "$SOCK" -o json |
-    python3 -c "import json,sys; s=json.load(sys.stdin); print(s['subsystems']['$1']['namespaces']['$2']['detail'].split('/')[-1])"
-}
 start_mapd() {
   start_bg mapd "$I" mapd --discovery-conf "$WORK/discovery.conf" -q "nqn.2014-08.org.nvmexpress:uuid:$U" \
     -I "$U" -i 1 -c 1 -l 60 --ublk --link-dir "$LINKS" --status-socket "$SOCK"
 }
 start_mapd
-wait_links 4
+mapd_wait_links "$LINKS" 4
 NAMES=$(ls "$LINKS" | grep '^nvmf-' | sort)
 expect "mapd-status: both paths of each subsystem with their ANA state" "path tcp traddr=$GUEST_IP,trsvcid=4421 live non-optimized" \
   "$I" mapd-status --status-socket "$SOCK"
 check "four namespaces mapped" "[ \$('$I' mapd-status --status-socket '$SOCK' | grep -c ' mapped /dev/ublkb') -eq 4 ]"
-D1=$(dev_of "$S1" 1)
-D2=$(dev_of "$S2" 1)
+D1=$(mapd_dev "$SOCK" "$S1" 1)
+D2=$(mapd_dev "$SOCK" "$S2" 1)
 wait_block "$D1" 30
 wait_block "$D2" 30
 check "two different devices" "[ -n '$D1' ] && [ -n '$D2' ] && [ '$D1' != '$D2' ]"
 check "64 MiB each" "[ \$(cat /sys/block/$D1/size) -eq 131072 ] && [ \$(cat /sys/block/$D2/size) -eq 131072 ]"
 
 run "ctl add-ns" "$T" ctl --socket "$CTL" add-ns "$S1" "$WORK/s1n3.img" --nsid 3
-wait_links 5
+mapd_wait_links "$LINKS" 5
 run "ctl remove-ns" "$T" ctl --socket "$CTL" remove-ns "$S1" 3
-wait_links 4
+mapd_wait_links "$LINKS" 4
 check "the same four names" "[ \"\$(ls '$LINKS' | grep '^nvmf-' | sort)\" = '$NAMES' ]"
 
 for d in "$D1" "$D2"; do
@@ -105,7 +90,7 @@ check "no stable name left" "[ \$(ls '$LINKS' | grep -c '^nvmf-') -eq 0 ]"
 check "the devices are gone" "[ ! -e /dev/$D1 ] && [ ! -e /dev/$D2 ]"
 mv "$LOG/mapd.log" "$LOG/mapd-first.log"
 start_mapd
-wait_links 4
+mapd_wait_links "$LINKS" 4
 check "the restart brings the same names back" "[ \"\$(ls '$LINKS' | grep '^nvmf-' | sort)\" = '$NAMES' ]"
 stop_bg mapd
 stop_bg target
