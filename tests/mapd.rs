@@ -668,3 +668,36 @@ fn a_target_gone_past_ctrl_loss_tmo_fails_io_and_comes_back_mapped() {
     assert!(nbd_read_all(&socket_of(&s, A, 1)).0);
     d.stop();
 }
+
+#[test]
+fn a_discovery_entry_for_an_unreachable_port_is_reported() {
+    let (p1, p2) = (free_port(), free_port());
+    let nobody = free_port();
+    // Discovery lists B on a port where nothing listens (a gateway that is down).
+    let t = start_live(&yaml(p1, p2, "allow_any_host: true", true), None);
+    let d = Daemon::start_with(
+        "unreachable",
+        vec![spec(p1)],
+        Arc::new(Redirect {
+            nqn: B,
+            port: nobody,
+        }),
+        How::Nbd,
+    );
+    let s = d.wait("A mapped, B's path down", |s| {
+        mapped(s, A).len() == 2
+            && s.subsystems
+                .get(B)
+                .is_some_and(|b| b.paths.iter().any(|p| p.state.starts_with("down")))
+    });
+    let b = &s.subsystems[B];
+    assert!(b.namespaces.is_empty(), "{b:?}");
+    assert!(
+        b.paths.iter().all(
+            |p| p.state.contains("connection refused") && p.state.contains(&nobody.to_string())
+        ),
+        "{b:?}"
+    );
+    d.stop();
+    drop(t);
+}

@@ -6,7 +6,7 @@
 //! thread: SIGINT/SIGTERM drain every mapping and exit, SIGHUP re-reads the discovery
 //! configuration (as `systemctl reload` sends it) and applies the difference.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,11 @@ use super::{print_json, CliError, CliResult};
 pub const DEFAULT_STATUS_SOCKET: &str = "/run/nvmf-mapd.sock";
 /// Where ublk devices get their stable names unless told.
 const DEFAULT_LINK_DIR: &str = "/dev/disk/by-id";
+/// Where NBD sockets go when ublk is unavailable and no --nbd-dir was given.
+const DEFAULT_NBD_DIR: &str = "/run/nvmf-mapd";
+/// What exists when the kernel can make ublk devices.
+const UBLK_CONTROL: &str = "/dev/ublk-control";
+
 /// I/O queues per mapped namespace unless -i says otherwise.
 const DEFAULT_MAPD_QUEUES: u16 = 2;
 
@@ -40,8 +45,10 @@ const DEFAULT_MAPD_QUEUES: u16 = 2;
 pub struct MapdArgs {
     #[command(flatten)]
     pub conn: ConnectAllArgs,
-    /// Serve each namespace over NBD on DIR/<name>.sock.
-    #[arg(long = "nbd-dir", value_name = "DIR", required_unless_present = "ublk")]
+    /// Serve each namespace over NBD on DIR/<name>.sock. Without --nbd-dir or
+    /// --ublk: ublk where the kernel has it (/dev/ublk-control), else NBD sockets in
+    /// /run/nvmf-mapd.
+    #[arg(long = "nbd-dir", value_name = "DIR")]
     pub nbd_dir: Option<PathBuf>,
     /// Map each namespace as a ublk block device (needs the ublk_drv module).
     #[arg(long, conflicts_with = "nbd_dir")]
@@ -82,15 +89,27 @@ pub(super) fn mapd_cmd(a: &MapdArgs) -> CliResult {
         return Err(CliError::Usage("--rediscover must be at least 1".into()));
     }
     let (_, copts) = prepare(&a.conn)?;
-    let mode = match &a.nbd_dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| CliError::Usage(format!("--nbd-dir {}: {e}", dir.display())))?;
-            Mode::Nbd { dir: dir.clone() }
+    let ublk = Mode::Ublk {
+        link_dir: a.link_dir.clone(),
+    };
+    let nbd = |dir: &Path| -> Result<Mode, CliError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::Usage(format!("--nbd-dir {}: {e}", dir.display())))?;
+        Ok(Mode::Nbd {
+            dir: dir.to_path_buf(),
+        })
+    };
+    let mode = match (&a.nbd_dir, a.ublk) {
+        (Some(dir), _) => nbd(dir)?,
+        (None, true) => ublk,
+        (None, false) if Path::new(UBLK_CONTROL).exists() => ublk,
+        (None, false) => {
+            eprintln!(
+                "mapd: no {UBLK_CONTROL} (ublk_drv not loaded, or a container without it): \
+                 serving each namespace over NBD in {DEFAULT_NBD_DIR} instead"
+            );
+            nbd(Path::new(DEFAULT_NBD_DIR))?
         }
-        None => Mode::Ublk {
-            link_dir: a.link_dir.clone(),
-        },
     };
     let o = MapdOptions {
         mode,

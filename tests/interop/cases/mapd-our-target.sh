@@ -1,6 +1,7 @@
-# nvmf-initiator mapd --ublk against nvmf-target in this guest: two subsystems, each exported on
+# connect-all and mapd --ublk against nvmf-target in this guest: two subsystems, each exported on
 # two ports (port 2's ANA group non-optimized), two namespaces each, found through the two
-# discovery controllers of a discovery.conf. All four namespaces become ublk devices with stable
+# discovery controllers of a discovery.conf. connect-all lists both subsystems with both paths
+# and their ANA states; all four namespaces become ublk devices with stable
 # names; mapd-status lists both paths of each subsystem; `ctl add-ns` / `ctl remove-ns` make a
 # device appear and vanish without a command; verifying fio runs on two devices while port 1 is
 # removed (every mapping fails over to port 2) and added back; SIGTERM removes every device, and
@@ -39,6 +40,10 @@ start_bg target "$T" --config "$WORK/target.yaml" --ctl-socket "$CTL"
 wait_port "$GUEST_IP" 4420
 wait_port "$GUEST_IP" 4421
 
+expect "connect-all: both subsystems with both paths and their ANA states" "non-optimized" \
+  "$I" connect-all --discovery-conf "$WORK/discovery.conf" -q "nqn.2014-08.org.nvmexpress:uuid:$U" -I "$U" -o json
+check "connect-all: four live paths" "[ \$(grep -c '\"state\": \"live\"' '$WORK/.expect.out') -eq 4 ]"
+check "connect-all: two optimized" "[ \$(grep -c '\"ana_state\": \"optimized\"' '$WORK/.expect.out') -eq 2 ]"
 start_mapd() {
   start_bg mapd "$I" mapd --discovery-conf "$WORK/discovery.conf" -q "nqn.2014-08.org.nvmexpress:uuid:$U" \
     -I "$U" -i 1 -c 1 -l 60 --ublk --link-dir "$LINKS" --status-socket "$SOCK"
