@@ -256,6 +256,11 @@ pub fn run_on(t: &PerfTarget, queues: &mut [Queue], o: &PerfOptions) -> Result<P
 
 /// [`run_on`] where a job whose queue breaks takes queue `index` (its job number) of
 /// the reconnected controller from `requeue` and goes on (see [`job`]).
+///
+/// Stages: lay the jobs out over the namespace, allocate and fill their buffers (before
+/// anything is timed), describe each job, run them on their threads while this thread
+/// draws the progress and notes the CPU time after the ramp, then gather one outcome
+/// per job into the report.
 pub fn run_recovering<Q: IoQueue>(
     t: &PerfTarget,
     queues: &mut [Q],
@@ -264,11 +269,55 @@ pub fn run_recovering<Q: IoQueue>(
 ) -> Result<PerfReport, Error> {
     let layout = plan(t, queues, o)?;
     let threads = cpus::ThreadPlan::new(o.numjobs, o.cpus.as_ref())?;
-    let bs = t.ns.block_size;
-    let buf_len = layout.max_blocks as usize * bs as usize;
+    let bufs = job_buffers(t, o, layout.max_blocks as usize * t.ns.block_size as usize)?;
+    let start = Instant::now();
+    let clock = RunClock {
+        start,
+        ramp_end: start + o.ramp_time,
+        end: o.runtime.map(|rt| start + o.ramp_time + rt),
+    };
+    let configs = job_configs(t, o, &layout, &clock);
+    let progress: Vec<job::JobProgress> = (0..o.numjobs).map(|_| Default::default()).collect();
+    let stop = AtomicBool::new(false);
+    debug!(?layout, numjobs = o.numjobs, "perf starting");
+    let bar = progress_bar(o, layout.units);
+    let mut cpu_start: Option<CpuUsage> = None;
+    debug!(threads = threads.threads, pins = ?threads.pins, "perf threads");
+    let jobs = JobSet {
+        configs: &configs,
+        bufs: &bufs,
+        progress: &progress,
+        requeue,
+        stop: &stop,
+    };
+    let results = std::thread::scope(|s| {
+        let handles = jobs.spawn(s, &threads, queues);
+        watch(&handles, &progress, bar.as_ref(), &clock, &mut cpu_start);
+        join_jobs(handles)
+    });
+    let cpu_end = CpuUsage::now();
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let cpu = cpu_end.since(&cpu_start.unwrap_or(cpu_end));
+    let jobs = outcomes(results, queues)?;
+    let mut report = PerfReport::new(o.clone(), t.ns.clone(), layout.span_blocks, jobs, cpu)?;
+    report.threads = threads.threads;
+    report.thread_cpus = threads.cpu_list();
+    Ok(report)
+}
 
-    // Buffers: one per slot, allocated and registered before anything is timed. Write
-    // data is random so compressing or deduplicating targets are not flattered.
+/// When the run started, when the ramp ends, and when it ends (`None`: one pass).
+struct RunClock {
+    start: Instant,
+    ramp_end: Instant,
+    end: Option<Instant>,
+}
+
+/// One buffer per command slot of every job, allocated (and registered) before
+/// anything is timed, filled with random data so that compressing or deduplicating
+/// targets are not flattered.
+fn job_buffers(t: &PerfTarget, o: &PerfOptions, buf_len: usize) -> Result<Vec<Vec<IoBuf>>, Error> {
     let mut fill = vec![0u8; buf_len];
     let mut r = rng::Rng::new(o.seed);
     for w in fill.chunks_mut(8) {
@@ -286,54 +335,79 @@ pub fn run_recovering<Q: IoQueue>(
         }
         bufs.push(v);
     }
+    Ok(bufs)
+}
 
-    let start = Instant::now();
-    let ramp_end = start + o.ramp_time;
-    let end = o.runtime.map(|rt| ramp_end + rt);
-    let units_per_job = layout.units;
-    let region_blocks = units_per_job * u64::from(layout.max_blocks);
-    let configs: Vec<job::JobConfig> = (0..o.numjobs)
+/// Each job's fixed facts: its own region of the namespace, the workload, the clock.
+fn job_configs(
+    t: &PerfTarget,
+    o: &PerfOptions,
+    layout: &Layout,
+    clock: &RunClock,
+) -> Vec<job::JobConfig> {
+    let region_blocks = layout.units * u64::from(layout.max_blocks);
+    (0..o.numjobs)
         .map(|i| job::JobConfig {
             index: i,
             rw: o.rw,
             rwmixread: o.rwmixread,
             nsid: t.ns.nsid,
-            block_size: bs,
+            block_size: t.ns.block_size,
             min_blocks: layout.min_blocks,
             max_blocks: layout.max_blocks,
             region_start: u64::from(i) * region_blocks,
-            units: units_per_job,
+            units: layout.units,
             iodepth: o.iodepth,
             idle_spin: o.idle_spin,
             one_pass: o.runtime.is_none(),
             verify: o.verify,
             verify_alg: o.verify_alg,
             seed: o.seed,
-            ramp_end,
-            end,
+            ramp_end: clock.ramp_end,
+            end: clock.end,
         })
-        .collect();
-    let progress: Vec<job::JobProgress> = (0..o.numjobs).map(|_| Default::default()).collect();
-    let stop = AtomicBool::new(false);
-    debug!(?layout, numjobs = o.numjobs, "perf starting");
+        .collect()
+}
 
-    let bar = progress_bar(o, units_per_job);
-    let mut cpu_start: Option<CpuUsage> = None;
-    debug!(threads = threads.threads, pins = ?threads.pins, "perf threads");
-    let results: Vec<Result<JobOutcome, Error>> = std::thread::scope(|s| {
-        // Deal the jobs to the threads; each thread owns its jobs' queues for the run.
-        let mut groups: Vec<Vec<threads::JobInput<'_, Q>>> =
-            (0..threads.threads).map(|_| Vec::new()).collect();
+/// A polling thread: the jobs it runs and its handle (or why it did not start).
+type JobThread<'scope> = (
+    Vec<u32>,
+    std::io::Result<std::thread::ScopedJoinHandle<'scope, threads::ThreadResult>>,
+);
+
+/// What the job threads borrow for the run.
+struct JobSet<'a> {
+    configs: &'a [job::JobConfig],
+    bufs: &'a [Vec<IoBuf>],
+    progress: &'a [job::JobProgress],
+    requeue: Option<&'a dyn Requeue>,
+    stop: &'a AtomicBool,
+}
+
+impl<'a> JobSet<'a> {
+    /// Deals the jobs to the threads of `plan` and starts them; each thread owns its
+    /// jobs' queues for the run.
+    fn spawn<'scope, Q: IoQueue>(
+        &self,
+        s: &'scope std::thread::Scope<'scope, '_>,
+        plan: &cpus::ThreadPlan,
+        queues: &'a mut [Q],
+    ) -> Vec<JobThread<'scope>>
+    where
+        'a: 'scope,
+    {
+        let mut groups: Vec<Vec<threads::JobInput<'a, Q>>> =
+            (0..plan.threads).map(|_| Vec::new()).collect();
         for ((q, cfg), (b, p)) in queues
             .iter_mut()
-            .zip(configs.iter())
-            .zip(bufs.iter().zip(progress.iter()))
+            .zip(self.configs.iter())
+            .zip(self.bufs.iter().zip(self.progress.iter()))
         {
-            let recovery = requeue.map(|source| Recovery {
+            let recovery = self.requeue.map(|source| Recovery {
                 source,
                 index: cfg.index as usize,
             });
-            if let Some(g) = groups.get_mut(threads.thread_of(cfg.index as usize)) {
+            if let Some(g) = groups.get_mut(plan.thread_of(cfg.index as usize)) {
                 g.push(threads::JobInput {
                     q,
                     cfg,
@@ -346,80 +420,99 @@ pub fn run_recovering<Q: IoQueue>(
         let mut handles = Vec::with_capacity(groups.len());
         for (t, jobs) in groups.into_iter().enumerate() {
             let members: Vec<u32> = jobs.iter().map(|j| j.cfg.index).collect();
-            let stop = &stop;
-            let pin = threads.pin(t);
+            let stop = self.stop;
+            let pin = plan.pin(t);
             let h = std::thread::Builder::new()
                 .name(format!("perf-thread{t}"))
                 .spawn_scoped(s, move || threads::poll_jobs(pin, jobs, stop));
             handles.push((members, h));
         }
-        let mut last_draw = Instant::now();
-        let mut last_ios = 0u64;
-        let mut last_bytes = 0u64;
-        loop {
-            let now = Instant::now();
-            if cpu_start.is_none() && now >= ramp_end {
-                cpu_start = Some(CpuUsage::now());
-            }
-            if handles
-                .iter()
-                .all(|(_, h)| h.as_ref().map_or(true, |h| h.is_finished()))
-            {
-                break;
-            }
-            if let Some(bar) = bar.as_ref() {
-                if now.duration_since(last_draw) >= PROGRESS_INTERVAL {
-                    let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
-                    let bytes: u64 = progress
-                        .iter()
-                        .map(|p| p.bytes.load(Ordering::Relaxed))
-                        .sum();
-                    let dt = now.duration_since(last_draw).as_secs_f64();
-                    let iops = ios.saturating_sub(last_ios) as f64 / dt;
-                    let mbs = bytes.saturating_sub(last_bytes) as f64 / dt / MB;
-                    match end {
-                        Some(_) => bar.set_position(
-                            u64::try_from(now.saturating_duration_since(start).as_millis())
-                                .unwrap_or(u64::MAX),
-                        ),
-                        None => bar.set_position(ios),
-                    }
-                    let phase = if now < ramp_end { "ramp " } else { "" };
-                    bar.set_message(format!("{phase}IOPS={iops:.0} BW={mbs:.1}MB/s"));
-                    last_draw = now;
-                    last_ios = ios;
-                    last_bytes = bytes;
-                }
-            }
-            std::thread::sleep(COORDINATOR_TICK);
-        }
-        let mut all: Vec<(u32, Result<JobOutcome, Error>)> = Vec::with_capacity(configs.len());
-        for (members, h) in handles {
-            match h.map(|h| h.join()) {
-                Ok(Ok(r)) => all.extend(r),
-                Ok(Err(_)) => all.extend(
-                    members
-                        .into_iter()
-                        .map(|i| (i, Err(Error::Protocol("perf thread panicked".into())))),
-                ),
-                Err(e) => {
-                    let why = e.to_string();
-                    all.extend(members.into_iter().map(|i| {
-                        let e = std::io::Error::new(e.kind(), why.clone());
-                        (i, Err(Error::Io(e)))
-                    }));
-                }
-            }
-        }
-        // The report lists jobs by index, as when each job had its own thread.
-        all.sort_by_key(|(i, _)| *i);
-        all.into_iter().map(|(_, r)| r).collect()
-    });
-    let cpu_end = CpuUsage::now();
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
+        handles
     }
-    let cpu = cpu_end.since(&cpu_start.unwrap_or(cpu_end));
+}
+
+/// Until every job thread has ended: draws the progress (IOPS and bandwidth since
+/// the last draw) and notes the CPU time when the ramp ends.
+fn watch(
+    handles: &[JobThread<'_>],
+    progress: &[job::JobProgress],
+    bar: Option<&ProgressBar>,
+    clock: &RunClock,
+    cpu_start: &mut Option<CpuUsage>,
+) {
+    let mut last_draw = Instant::now();
+    let mut last_ios = 0u64;
+    let mut last_bytes = 0u64;
+    loop {
+        let now = Instant::now();
+        if cpu_start.is_none() && now >= clock.ramp_end {
+            *cpu_start = Some(CpuUsage::now());
+        }
+        if handles
+            .iter()
+            .all(|(_, h)| h.as_ref().map_or(true, |h| h.is_finished()))
+        {
+            return;
+        }
+        if let Some(bar) = bar {
+            if now.duration_since(last_draw) >= PROGRESS_INTERVAL {
+                let ios: u64 = progress.iter().map(|p| p.ios.load(Ordering::Relaxed)).sum();
+                let bytes: u64 = progress
+                    .iter()
+                    .map(|p| p.bytes.load(Ordering::Relaxed))
+                    .sum();
+                let dt = now.duration_since(last_draw).as_secs_f64();
+                let iops = ios.saturating_sub(last_ios) as f64 / dt;
+                let mbs = bytes.saturating_sub(last_bytes) as f64 / dt / MB;
+                match clock.end {
+                    Some(_) => bar.set_position(
+                        u64::try_from(now.saturating_duration_since(clock.start).as_millis())
+                            .unwrap_or(u64::MAX),
+                    ),
+                    None => bar.set_position(ios),
+                }
+                let phase = if now < clock.ramp_end { "ramp " } else { "" };
+                bar.set_message(format!("{phase}IOPS={iops:.0} BW={mbs:.1}MB/s"));
+                last_draw = now;
+                last_ios = ios;
+                last_bytes = bytes;
+            }
+        }
+        std::thread::sleep(COORDINATOR_TICK);
+    }
+}
+
+/// Every job's result, by job index (a thread that panicked or never started fails
+/// each of its jobs with the reason).
+fn join_jobs(handles: Vec<JobThread<'_>>) -> Vec<Result<JobOutcome, Error>> {
+    let mut all: Vec<(u32, Result<JobOutcome, Error>)> = Vec::new();
+    for (members, h) in handles {
+        match h.map(|h| h.join()) {
+            Ok(Ok(r)) => all.extend(r),
+            Ok(Err(_)) => all.extend(
+                members
+                    .into_iter()
+                    .map(|i| (i, Err(Error::Protocol("perf thread panicked".into())))),
+            ),
+            Err(e) => {
+                let why = e.to_string();
+                all.extend(members.into_iter().map(|i| {
+                    let e = std::io::Error::new(e.kind(), why.clone());
+                    (i, Err(Error::Io(e)))
+                }));
+            }
+        }
+    }
+    // The report lists jobs by index, as when each job had its own thread.
+    all.sort_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
+/// One outcome per job; a job that failed to run counts one error with its reason.
+fn outcomes<Q: IoQueue>(
+    results: Vec<Result<JobOutcome, Error>>,
+    queues: &[Q],
+) -> Result<Vec<JobOutcome>, Error> {
     let mut jobs = Vec::with_capacity(results.len());
     for (i, r) in results.into_iter().enumerate() {
         match r {
@@ -441,10 +534,7 @@ pub fn run_recovering<Q: IoQueue>(
             }
         }
     }
-    let mut report = PerfReport::new(o.clone(), t.ns.clone(), layout.span_blocks, jobs, cpu)?;
-    report.threads = threads.threads;
-    report.thread_cpus = threads.cpu_list();
-    Ok(report)
+    Ok(jobs)
 }
 
 fn progress_bar(o: &PerfOptions, units: u64) -> Option<ProgressBar> {
