@@ -3,7 +3,7 @@
 use super::negotiate::{accept_icreq, accept_icresp, ConfigError};
 use super::DataDigester;
 use super::Role;
-use super::{data_digest, encode_term_req, header_digest, pda_bytes, type_info, Kind};
+use super::{data_digest, encode_term_req, header_digest, pda_bytes, type_info, Kind, TypeInfo};
 use super::{ControllerConfig, FramerError, HostConfig, IcReqParams, IcRespParams, Negotiated};
 use crate::wire::cqe::CQE_LEN;
 use crate::wire::sqe::{self, SQE_LEN};
@@ -547,96 +547,27 @@ impl PduReader {
         Ok(())
     }
 
-    /// Checks the common header `ch` (8 bytes) and returns the layout of its PDU.
+    /// Checks the common header `ch` (8 bytes) and returns the layout of its PDU, in
+    /// stages: the type may come this way; a termination request has its own layout;
+    /// the connection is (or is not yet) initialized; the flags fit the type and the
+    /// negotiated digests; the lengths fit the type; then where the data is, if any.
     fn check_common(&self, ch: &[u8]) -> Result<Frame, FramerError> {
-        use FramerError as E;
         let ch = Header::new_unchecked(ch);
-        let t = ch.pdu_type();
         let fl = ch.flags();
         let hlen = usize::from(ch.hlen());
         let pdo = usize::from(ch.pdo());
         let plen = ch.plen() as usize;
-
-        let info = match type_info(t) {
-            Some(info) if self.role().receives(t) => info,
-            _ => {
-                return Err(E::header(
-                    offset::TYPE,
-                    "unknown PDU type or wrong direction",
-                ))
-            }
-        };
-
+        let info = self.receivable(ch.pdu_type())?;
         if matches!(info.kind, Kind::H2CTerm | Kind::C2HTerm) {
-            if hlen != TERM_HDR_LEN {
-                return Err(E::MalformedTermReq {
-                    reason: "header length is not 24",
-                });
-            }
-            if !(TERM_HDR_LEN..=MAX_TERM_PLEN_ACCEPTED).contains(&plen) {
-                return Err(E::MalformedTermReq {
-                    reason: "PDU length outside 24..=176",
-                });
-            }
-            return Ok(Frame {
-                kind: info.kind,
-                flags: fl,
-                hlen,
-                plen,
-                hdgst: false,
-                ddgst: false,
-                data_start: hlen,
-                data_len: plen - hlen,
-            });
+            return term_frame(info.kind, fl, hlen, plen);
         }
-
-        let initializing = matches!(info.kind, Kind::IcReq | Kind::IcResp);
-        match (self.negotiated, initializing) {
-            (None, false) => {
-                return Err(E::PduSequence {
-                    reason: "PDU before the connection was initialized",
-                })
-            }
-            (Some(_), true) => {
-                return Err(E::PduSequence {
-                    reason: "connection already initialized",
-                })
-            }
-            _ => {}
-        }
+        self.check_sequence(info.kind)?;
         let (want_hdgst, want_ddgst) = self
             .negotiated
             .map_or((false, false), |n| (n.header_digest, n.data_digest));
         let hdgst = want_hdgst && info.hdgst;
-
-        if fl & !info.valid_flags != 0 {
-            return Err(E::header(offset::FLAGS, "flag not valid for the PDU type"));
-        }
-        if info.kind == Kind::C2HData
-            && fl & (flags::DATA_LAST | flags::DATA_SUCCESS) == flags::DATA_SUCCESS
-        {
-            return Err(E::header(offset::FLAGS, "SUCCESS without LAST_PDU"));
-        }
-        if (fl & flags::HDGST != 0) != hdgst {
-            return Err(E::header(
-                offset::FLAGS,
-                "HDGSTF does not match the negotiated header digest",
-            ));
-        }
-        if hlen != info.hlen {
-            return Err(E::header(
-                offset::HLEN,
-                "wrong header length for the PDU type",
-            ));
-        }
-        let full = hlen + if hdgst { DIGEST_LEN } else { 0 };
-        if plen < full {
-            return Err(E::header(
-                offset::PLEN,
-                "PDU length shorter than its header",
-            ));
-        }
-
+        check_flags(&info, fl, hdgst)?;
+        let full = check_lengths(&info, hlen, plen, hdgst)?;
         let mut frame = Frame {
             kind: info.kind,
             flags: fl,
@@ -648,59 +579,105 @@ impl PduReader {
             data_len: 0,
         };
         if !info.data {
-            if pdo != 0 {
-                return Err(E::header(offset::PDO, "data offset in a PDU without data"));
-            }
-            if plen != full {
-                return Err(E::header(
-                    offset::PLEN,
-                    "PDU length is not its header length",
-                ));
-            }
+            check_no_data(pdo, plen, full)?;
         } else if plen > full {
-            if pdo < full {
-                return Err(E::header(offset::PDO, "data offset inside the header"));
-            }
-            if pdo >= plen {
-                return Err(E::header(offset::PDO, "data offset beyond the PDU"));
-            }
-            if pdo % self.rx_align() != 0 {
-                return Err(E::header(
-                    offset::PDO,
-                    "data offset not aligned to the PDU data alignment",
-                ));
-            }
-            if (fl & flags::DDGST != 0) != want_ddgst {
-                return Err(E::header(
-                    offset::FLAGS,
-                    "DDGSTF does not match the negotiated data digest",
-                ));
-            }
-            let digest = if want_ddgst { DIGEST_LEN } else { 0 };
-            let data_len = plen - pdo;
-            if data_len <= digest {
-                return Err(E::header(offset::PLEN, "PDU too short for its data digest"));
-            }
-            let data_len = data_len - digest;
-            let limit = self.data_limit(info.kind);
-            if data_len > limit as usize {
-                return Err(E::DataLimitExceeded {
-                    len: u32::try_from(data_len).unwrap_or(u32::MAX),
-                    limit,
-                });
-            }
-            frame.ddgst = want_ddgst;
-            frame.data_start = pdo;
-            frame.data_len = data_len;
+            self.place_data(&mut frame, fl, pdo, want_ddgst)?;
         } else {
-            if fl & flags::DDGST != 0 {
-                return Err(E::header(offset::FLAGS, "DDGSTF in a PDU without data"));
-            }
-            if pdo != 0 && (pdo != full || pdo % self.rx_align() != 0) {
-                return Err(E::header(offset::PDO, "data offset in a PDU without data"));
-            }
+            self.check_empty_data(fl, pdo, full)?;
         }
         Ok(frame)
+    }
+
+    /// The type's facts, if this side receives that type.
+    fn receivable(&self, t: u8) -> Result<TypeInfo, FramerError> {
+        match type_info(t) {
+            Some(info) if self.role().receives(t) => Ok(info),
+            _ => Err(FramerError::header(
+                offset::TYPE,
+                "unknown PDU type or wrong direction",
+            )),
+        }
+    }
+
+    /// ICReq/ICResp first and only once; everything else after them.
+    fn check_sequence(&self, kind: Kind) -> Result<(), FramerError> {
+        let initializing = matches!(kind, Kind::IcReq | Kind::IcResp);
+        match (self.negotiated, initializing) {
+            (None, false) => Err(FramerError::PduSequence {
+                reason: "PDU before the connection was initialized",
+            }),
+            (Some(_), true) => Err(FramerError::PduSequence {
+                reason: "connection already initialized",
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// A PDU that carries data (`plen` beyond the header and its digest): where the
+    /// data starts (PDO, aligned as negotiated), the data digest flag as negotiated,
+    /// and the data length within this side's limit for the type.
+    fn place_data(
+        &self,
+        frame: &mut Frame,
+        fl: u8,
+        pdo: usize,
+        want_ddgst: bool,
+    ) -> Result<(), FramerError> {
+        use FramerError as E;
+        let (full, plen) = (frame.data_start, frame.plen);
+        if pdo < full {
+            return Err(E::header(offset::PDO, "data offset inside the header"));
+        }
+        if pdo >= plen {
+            return Err(E::header(offset::PDO, "data offset beyond the PDU"));
+        }
+        if !pdo.is_multiple_of(self.rx_align()) {
+            return Err(E::header(
+                offset::PDO,
+                "data offset not aligned to the PDU data alignment",
+            ));
+        }
+        if (fl & flags::DDGST != 0) != want_ddgst {
+            return Err(E::header(
+                offset::FLAGS,
+                "DDGSTF does not match the negotiated data digest",
+            ));
+        }
+        let digest = if want_ddgst { DIGEST_LEN } else { 0 };
+        let data_len = plen - pdo;
+        if data_len <= digest {
+            return Err(E::header(offset::PLEN, "PDU too short for its data digest"));
+        }
+        let data_len = data_len - digest;
+        let limit = self.data_limit(frame.kind);
+        if data_len > limit as usize {
+            return Err(E::DataLimitExceeded {
+                len: u32::try_from(data_len).unwrap_or(u32::MAX),
+                limit,
+            });
+        }
+        frame.ddgst = want_ddgst;
+        frame.data_start = pdo;
+        frame.data_len = data_len;
+        Ok(())
+    }
+
+    /// A type that may carry data but this PDU has none: no data digest flag, and a
+    /// PDO of 0 or exactly (and aligned) at the end of the header.
+    fn check_empty_data(&self, fl: u8, pdo: usize, full: usize) -> Result<(), FramerError> {
+        if fl & flags::DDGST != 0 {
+            return Err(FramerError::header(
+                offset::FLAGS,
+                "DDGSTF in a PDU without data",
+            ));
+        }
+        if pdo != 0 && (pdo != full || !pdo.is_multiple_of(self.rx_align())) {
+            return Err(FramerError::header(
+                offset::PDO,
+                "data offset in a PDU without data",
+            ));
+        }
+        Ok(())
     }
 
     fn on_header(&mut self) -> Result<(), FramerError> {
@@ -747,6 +724,98 @@ impl PduReader {
 
 /// The checks on a PDU's header once it is in (`pdu` holds at least `f.hlen` bytes and
 /// the header digest): the header digest, and DATAL of a data PDU against its length.
+/// A termination request's layout: a 24-byte header and at most 152 bytes of data
+/// (the PDU in error), no digests.
+fn term_frame(kind: Kind, fl: u8, hlen: usize, plen: usize) -> Result<Frame, FramerError> {
+    if hlen != TERM_HDR_LEN {
+        return Err(FramerError::MalformedTermReq {
+            reason: "header length is not 24",
+        });
+    }
+    if !(TERM_HDR_LEN..=MAX_TERM_PLEN_ACCEPTED).contains(&plen) {
+        return Err(FramerError::MalformedTermReq {
+            reason: "PDU length outside 24..=176",
+        });
+    }
+    Ok(Frame {
+        kind,
+        flags: fl,
+        hlen,
+        plen,
+        hdgst: false,
+        ddgst: false,
+        data_start: hlen,
+        data_len: plen - hlen,
+    })
+}
+
+/// Flags the type allows, SUCCESS only with LAST_PDU on C2HData, and HDGSTF exactly
+/// when a header digest was negotiated for the type.
+fn check_flags(info: &TypeInfo, fl: u8, hdgst: bool) -> Result<(), FramerError> {
+    if fl & !info.valid_flags != 0 {
+        return Err(FramerError::header(
+            offset::FLAGS,
+            "flag not valid for the PDU type",
+        ));
+    }
+    if info.kind == Kind::C2HData
+        && fl & (flags::DATA_LAST | flags::DATA_SUCCESS) == flags::DATA_SUCCESS
+    {
+        return Err(FramerError::header(
+            offset::FLAGS,
+            "SUCCESS without LAST_PDU",
+        ));
+    }
+    if (fl & flags::HDGST != 0) != hdgst {
+        return Err(FramerError::header(
+            offset::FLAGS,
+            "HDGSTF does not match the negotiated header digest",
+        ));
+    }
+    Ok(())
+}
+
+/// The type's header length, and a PDU length that holds the header and its digest;
+/// returns the bytes before any data (header and header digest).
+fn check_lengths(
+    info: &TypeInfo,
+    hlen: usize,
+    plen: usize,
+    hdgst: bool,
+) -> Result<usize, FramerError> {
+    if hlen != info.hlen {
+        return Err(FramerError::header(
+            offset::HLEN,
+            "wrong header length for the PDU type",
+        ));
+    }
+    let full = hlen + if hdgst { DIGEST_LEN } else { 0 };
+    if plen < full {
+        return Err(FramerError::header(
+            offset::PLEN,
+            "PDU length shorter than its header",
+        ));
+    }
+    Ok(full)
+}
+
+/// A type without data: no PDO, and the PDU is exactly its header (and digest).
+fn check_no_data(pdo: usize, plen: usize, full: usize) -> Result<(), FramerError> {
+    if pdo != 0 {
+        return Err(FramerError::header(
+            offset::PDO,
+            "data offset in a PDU without data",
+        ));
+    }
+    if plen != full {
+        return Err(FramerError::header(
+            offset::PLEN,
+            "PDU length is not its header length",
+        ));
+    }
+    Ok(())
+}
+
 fn check_header(f: &Frame, pdu: &[u8]) -> Result<(), FramerError> {
     let hdr = get_bytes(pdu, 0..f.hlen);
     if f.hdgst {
