@@ -19,6 +19,7 @@ use nvmf_target::live::ctl::{self, CtlServer};
 use nvmf_target::live::hooks::TcpPorts;
 use nvmf_target::live::rdma_hooks::{RdmaPorts, TransportPorts};
 use nvmf_target::live::Live;
+use nvmf_target::live::{ctl_cmd, endpoint};
 use nvmf_target::management::ManagementServer;
 use nvmf_target::metrics::http::{MetricsServer, METRICS_PATH};
 use nvmf_target::params::PortInfo;
@@ -73,7 +74,7 @@ enum Cmd {
         #[command(flatten)]
         remote: Box<nvmf_target::management::client::RemoteArgs>,
         #[command(subcommand)]
-        op: Box<ctl::CtlCommand>,
+        op: Box<ctl_cmd::CtlCommand>,
     },
     /// Write man pages and shell completions into DIR (packaging).
     #[command(hide = true)]
@@ -145,14 +146,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(&cli.log_format);
     if let Some(Cmd::Ctl { socket, remote, op }) = &cli.cmd {
-        let mut target = match ctl::Endpoint::new(socket, remote) {
+        let mut target = match endpoint::Endpoint::new(socket, remote) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("nvmf-target: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        return if ctl::run_client(&mut target, op) {
+        return if ctl_cmd::run_client(&mut target, op) {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE

@@ -47,7 +47,7 @@ use std::sync::{Arc, OnceLock};
 
 use nvmf_verbs::DmaBuffer;
 
-use super::spec::{check_block_size, OpenError};
+use super::options::{check_block_size, OpenError};
 use super::{Backend, BackendError, BackendInfo, IoChannel};
 
 /// Submission queue entries per channel (the completion queue has twice as many).

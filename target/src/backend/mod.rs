@@ -13,6 +13,7 @@ pub mod fault;
 pub mod file;
 mod inline;
 pub mod null;
+pub mod options;
 pub mod provision;
 pub mod ram;
 #[cfg(feature = "rbd")]

@@ -14,37 +14,12 @@ use std::path::Path;
 
 use crate::config::spec::NamespaceSpec;
 
-use super::spec::RbdOptions;
+use super::options::RbdOptions;
 
 /// Mode of a backing file the target creates (the data is the hosts').
 const CREATED_FILE_MODE: u32 = 0o600;
 
-/// Why a backing could not be created, grown or deleted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProvisionError {
-    /// The path or image exists (and reuse was not asked for).
-    Exists(String),
-    /// A directory, pool or image that must exist does not.
-    NotFound(String),
-    /// A size or option that cannot be honoured (0, too large, a shrink).
-    Invalid(String),
-    /// The kind of backing cannot be created (ram:, null:, a block device).
-    Unsupported(String),
-    /// The system or the cluster failed.
-    Failed(String),
-}
-
-impl std::fmt::Display for ProvisionError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ProvisionError::Exists(m)
-            | ProvisionError::NotFound(m)
-            | ProvisionError::Invalid(m)
-            | ProvisionError::Unsupported(m)
-            | ProvisionError::Failed(m) => f.write_str(m),
-        }
-    }
-}
+pub use super::options::ProvisionError;
 
 /// What to create beyond the size (RBD images only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

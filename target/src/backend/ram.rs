@@ -21,7 +21,7 @@
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::spec::{check_memory_size, OpenError};
+use super::options::{check_memory_size, OpenError};
 use super::{Backend, BackendError, BackendInfo, InlineChannel, InlineExec, IoChannel, IoOp};
 
 /// Zeroed ranges at least this large give their whole pages back with `madvise`;

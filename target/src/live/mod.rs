@@ -24,6 +24,8 @@
 //! Lock order: `running`, then `file`.
 
 pub mod ctl;
+pub mod ctl_cmd;
+pub mod endpoint;
 mod group;
 pub mod hooks;
 mod op;

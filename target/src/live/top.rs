@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
 
-use super::ctl::{Endpoint, Request};
+use super::ctl::Request;
+use super::endpoint::Endpoint;
 use crate::metrics::cell::{ClassSnapshot, CLASS_OTHER, CLASS_READ, CLASS_WRITE};
 use crate::metrics::Snapshot;
 

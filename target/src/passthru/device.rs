@@ -164,20 +164,9 @@ pub trait NvmeController: Send + Sync {
     fn generic_ns_path(&self, nsid: u32) -> Result<Option<PathBuf>, DeviceError>;
 
     /// Opens one poll group's I/O channel to namespace `nsid`, whose generic
-    /// character device is `generic`: io_uring NVMe passthrough on it.
-    fn open_io(
-        &self,
-        nsid: u32,
-        generic: Option<&Path>,
-    ) -> Result<Box<dyn IoChannel>, DeviceError> {
-        let p = generic.ok_or_else(|| {
-            DeviceError::Gone(std::io::Error::other(format!(
-                "namespace {nsid} of {} has no generic character device (/dev/ngXnY)",
-                self.name()
-            )))
-        })?;
-        Ok(Box::new(super::uring::UringChannel::open(p)?))
-    }
+    /// character device is `generic` (a real device: io_uring NVMe passthrough on it).
+    fn open_io(&self, nsid: u32, generic: Option<&Path>)
+        -> Result<Box<dyn IoChannel>, DeviceError>;
 
     /// The active namespace IDs, ascending: Identify Active Namespace ID list
     /// (CNS 02h) pages, each continuing after the last NSID of the previous one.

@@ -144,6 +144,20 @@ impl CharDevice {
 }
 
 impl NvmeController for CharDevice {
+    fn open_io(
+        &self,
+        nsid: u32,
+        generic: Option<&Path>,
+    ) -> Result<Box<dyn crate::backend::IoChannel>, DeviceError> {
+        let p = generic.ok_or_else(|| {
+            DeviceError::Gone(std::io::Error::other(format!(
+                "namespace {nsid} of {} has no generic character device (/dev/ngXnY)",
+                self.name()
+            )))
+        })?;
+        Ok(Box::new(super::uring::UringChannel::open(p)?))
+    }
+
     fn admin(
         &self,
         cmd: &Sqe<[u8; SQE_LEN]>,

@@ -258,6 +258,13 @@ mod tests {
         fn generic_ns_path(&self, _: u32) -> Result<Option<PathBuf>, super::super::DeviceError> {
             Ok(None)
         }
+        fn open_io(
+            &self,
+            nsid: u32,
+            generic: Option<&std::path::Path>,
+        ) -> Result<Box<dyn crate::backend::IoChannel>, super::super::DeviceError> {
+            self.inner.open_io(nsid, generic)
+        }
     }
 
     #[test]

@@ -116,7 +116,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::spec::{check_block_size, OpenError, RbdOptions, DEFAULT_BLOCK_SIZE};
+use super::options::{check_block_size, OpenError, RbdOptions, DEFAULT_BLOCK_SIZE};
 use super::{Backend, BackendError, BackendInfo, CqeResult, IoChannel, IoCompletion, IoOp};
 
 /// Ceph's errno for a client that was blocklisted (fenced) by the monitors: Linux's

@@ -4,8 +4,8 @@
 
 use super::ffi::{self, CephError, ClusterError, Image};
 use super::{cluster_params, option_pairs};
-use crate::backend::provision::ProvisionError;
-use crate::backend::spec::RbdOptions;
+use crate::backend::options::ProvisionError;
+use crate::backend::options::RbdOptions;
 
 /// librbd's feature names (rbd/features.h) and bits.
 const FEATURES: [(&str, u64); 8] = [

@@ -60,7 +60,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::ffi::{check, cstring, rados_buffer_free, rados_ioctx_t, rados_t, Image};
-use crate::backend::spec::RbdOptions;
+use crate::backend::options::RbdOptions;
 
 pub use super::ffi::{CephError, ClusterError, ClusterParams};
 

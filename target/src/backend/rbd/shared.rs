@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::ffi::Image;
 use super::rados::RadosPool;
-use crate::backend::spec::RbdOptions;
+use crate::backend::options::RbdOptions;
 
 /// The registered client and what it was made from.
 struct Registration {
