@@ -21,7 +21,7 @@
 //! A gateway whose own beat is refused as fenced reports every group inaccessible.
 //!
 //! Ordering: the lease thread alone changes this gateway's [`Ownership`]; after each
-//! change it applies the group's state again ([`crate::live::Live::group_ownership_changed`]),
+//! change it applies the group's state again ([`super::GroupApply::apply_ownership`]),
 //! so the ANA states hosts see follow the leases within one tick.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,7 +34,6 @@ use tracing::{info, warn};
 use crate::config::Ownership;
 
 use super::GroupLink;
-use crate::live::Live;
 
 /// How long a fenced gateway keeps reporting its groups inaccessible before it
 /// starts again (hosts read the ANA log on the change notice).
@@ -466,7 +465,7 @@ impl Owner {
 /// read the new ANA states, and calls `on_fenced` (the binary starts itself again: a
 /// new process has a new RADOS client, which is not fenced, and rejoins the group).
 pub fn spawn(
-    live: Arc<Live>,
+    live: Arc<dyn super::GroupApply>,
     link: Arc<GroupLink>,
     store: Arc<dyn LeaseStore>,
     params: LeaseParams,
@@ -493,7 +492,7 @@ pub fn spawn(
                     for m in &moves {
                         info!(group = %name, "ANA ownership: {m}");
                     }
-                    if let Err(e) = live.group_ownership_changed() {
+                    if let Err(e) = live.apply_ownership() {
                         warn!(group = %name, "ANA states not applied: {e}");
                     }
                     link.record_moves(&moves);

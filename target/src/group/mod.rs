@@ -9,7 +9,7 @@
 //! commits again ([`crate::live`]'s group path). A committed change is announced; every
 //! gateway waits for announcements ([`GroupStore::wait_change`]) and also re-reads the
 //! version every [`SYNC_INTERVAL`], so a lost announcement delays a change by at most
-//! that, and applies what it has not applied yet ([`crate::live::Live::group_sync`]).
+//! that, and applies what it has not applied yet ([`GroupApply::apply_latest`]).
 //! A gateway that starts reads the state before it serves ([`join`]).
 //!
 //! Ownership: the [`GroupLink`] is owned by the [`crate::live::Live`] of its gateway;
@@ -348,10 +348,19 @@ fn register(g: &GatewayGroupConfig, store: &dyn GroupStore) -> Result<Versioned,
     ))
 }
 
+/// What the group's threads ask of the gateway they run for (its `Live`, which
+/// implements this): apply the group's latest state, or the ANA ownership that just
+/// changed; each returns what changed, or why it was not applied. A trait so that this
+/// layer stays below the live layer that owns its [`GroupLink`].
+pub trait GroupApply: Send + Sync {
+    fn apply_latest(&self) -> Result<Vec<String>, String>;
+    fn apply_ownership(&self) -> Result<Vec<String>, String>;
+}
+
 /// Keeps `live` on the group's latest version until `stop` is set: waits for an
 /// announcement or [`SYNC_INTERVAL`], then applies what changed.
 pub fn spawn_sync(
-    live: Arc<crate::live::Live>,
+    live: Arc<dyn GroupApply>,
     link: Arc<GroupLink>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -360,7 +369,7 @@ pub fn spawn_sync(
         .spawn(move || {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 link.store.wait_change(SYNC_INTERVAL);
-                if let Err(e) = live.group_sync() {
+                if let Err(e) = live.apply_latest() {
                     warn!(group = %link.config.name, "group change not applied here: {e}");
                 }
             }

@@ -221,3 +221,13 @@ pub(super) fn notes(old: &Config, new: &Config) -> Vec<String> {
         .map(|w| format!("note: {w}"))
         .collect()
 }
+
+impl crate::group::GroupApply for Live {
+    fn apply_latest(&self) -> Result<Vec<String>, String> {
+        self.group_sync().map_err(|e| e.to_string())
+    }
+
+    fn apply_ownership(&self) -> Result<Vec<String>, String> {
+        self.group_ownership_changed().map_err(|e| e.to_string())
+    }
+}
