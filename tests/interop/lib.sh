@@ -273,3 +273,17 @@ mapd_dev() {
   "$BIN/nvmf-initiator" mapd-status --status-socket "$1" -o json |
     python3 -c "import json,sys; s=json.load(sys.stdin); print(s['subsystems']['$2']['namespaces']['$3']['detail'].split('/')[-1])"
 }
+
+# fio_verified NAME: waits (3 minutes at most) for the fio started as `start_bg NAME`, shows its
+# log, and fails unless it exited 0 with no error counted.
+fio_verified() {
+  _pid=$(cat "$LOG/$1.pid")
+  _n=900
+  while kill -0 "$_pid" 2>/dev/null && [ "$_n" -gt 0 ]; do sleep 0.2; _n=$((_n - 1)); done
+  check "$1 finished" "! kill -0 $_pid 2>/dev/null"
+  wait "$_pid"
+  _rc=$?
+  rm -f "$LOG/$1.pid"
+  cat "$LOG/$1.log"
+  check "$1 verified without an error" "[ $_rc -eq 0 ] && ! grep -q 'err=[ ]*[1-9]' '$LOG/$1.log'"
+}

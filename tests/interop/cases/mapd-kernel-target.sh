@@ -91,16 +91,7 @@ run "port 1 drops both subsystems" sh -c "rm $NVMET/ports/1/subsystems/$S1 $NVME
 sleep 4
 run "port 1 exports them again" sh -c "ln -s $NVMET/subsystems/$S1 $NVMET/ports/1/subsystems/$S1 &&
   ln -s $NVMET/subsystems/$S2 $NVMET/ports/1/subsystems/$S2"
-for d in "$D1" "$D2"; do
-  pid=$(cat "$LOG/fio-$d.pid")
-  n=900
-  while kill -0 "$pid" 2>/dev/null && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done
-  check "fio on $d finished" "! kill -0 $pid 2>/dev/null"
-  wait "$pid"
-  rc=$?
-  cat "$LOG/fio-$d.log"
-  check "fio on $d verified without an error" "[ $rc -eq 0 ] && ! grep -q 'err=[ ]*[1-9]' '$LOG/fio-$d.log'"
-done
+for d in "$D1" "$D2"; do fio_verified "fio-$d"; done
 check "the mappings lost their queues and went on" "grep -q 'I/O queue lost' '$LOG/mapd.log'"
 
 stop_bg mapd

@@ -77,16 +77,7 @@ sleep 4
 run "port 1 back" "$T" ctl --socket "$CTL" add-port 1 tcp "$GUEST_IP" 4420
 run "S1 on port 1" "$T" ctl --socket "$CTL" link-subsystem 1 "$S1"
 run "S2 on port 1" "$T" ctl --socket "$CTL" link-subsystem 1 "$S2"
-for d in "$D1" "$D2"; do
-  pid=$(cat "$LOG/fio-$d.pid")
-  n=900
-  while kill -0 "$pid" 2>/dev/null && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done
-  check "fio on $d finished" "! kill -0 $pid 2>/dev/null"
-  wait "$pid"
-  rc=$?
-  cat "$LOG/fio-$d.log"
-  check "fio on $d verified without an error" "[ $rc -eq 0 ] && ! grep -q 'err=[ ]*[1-9]' '$LOG/fio-$d.log'"
-done
+for d in "$D1" "$D2"; do fio_verified "fio-$d"; done
 check "the mappings reconnected" "grep -q 'I/O queue lost' '$LOG/mapd.log'"
 check "still four devices" "[ \$('$I' mapd-status --status-socket '$SOCK' | grep -c ' mapped /dev/ublkb') -eq 4 ]"
 
