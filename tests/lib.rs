@@ -313,10 +313,21 @@ pub fn assert_serves(fabric: &Arc<dyn Fabric>, nqn: &Nqn, lba: u64) {
 
 /// Connects a controller over `fabric` to `nqn` with `nr_io` queues of `queue_size`.
 pub fn connect_to(fabric: &Arc<dyn Fabric>, nqn: &Nqn, nr_io: u16, queue_size: u16) -> Controller {
+    connect_with_timeout(fabric, nqn, nr_io, queue_size, Duration::from_secs(10))
+}
+
+/// [`connect_to`] with another per-command timeout.
+pub fn connect_with_timeout(
+    fabric: &Arc<dyn Fabric>,
+    nqn: &Nqn,
+    nr_io: u16,
+    queue_size: u16,
+    command_timeout: Duration,
+) -> Controller {
     let mut o = ConnectOptions::new(nqn.clone(), hostnqn(), TEST_HOSTID);
     o.nr_io_queues = nr_io;
     o.queue_size = queue_size;
-    o.command_timeout = Duration::from_secs(10);
+    o.command_timeout = command_timeout;
     Controller::connect(fabric.clone(), o).unwrap_or_else(|e| panic!("connect: {e}"))
 }
 

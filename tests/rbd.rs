@@ -42,8 +42,8 @@ mod rbd {
         changed_ns_list, connect_as, free_port, nsze, start_live, wait_aer,
     };
     use nvmf_tests::{
-        config, connect, connect_to, hostnqn, pattern, start, start_tcp, write_read_verify,
-        TEST_HOSTID,
+        config, connect, connect_to, connect_with_timeout, hostnqn, pattern, start, start_tcp,
+        write_read_verify, TEST_HOSTID,
     };
 
     /// The image every test exports, and its size (memstore keeps written bytes in RAM).
@@ -727,22 +727,31 @@ mod rbd {
                 .unwrap_or_else(|e| panic!("read: {e}"));
             assert!(back == new, "the pair across an object boundary wrote");
         }
+        // The two gateways' librbd clients hand the image's exclusive lock back and
+        // forth on every write; on a loaded two-core machine running two test clusters
+        // one handoff has taken over 10 s (CI, twice), so the contending hosts wait up
+        // to CONTENDED_TIMEOUT: the test is about atomicity, and a command that is
+        // never answered still fails it. The slowest pair is printed.
+        const CONTENDED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
         let mut hosts = Vec::new();
         for gw in [&gw_a, &gw_b] {
             let (fabric, nqn) = (gw.fabric.clone(), gw.nqn.clone());
             hosts.push(std::thread::spawn(move || {
-                let mut c = connect_to(&fabric, &nqn, 1, 32);
+                let mut c = connect_with_timeout(&fabric, &nqn, 1, 32, CONTENDED_TIMEOUT);
                 let mut q = c.take_io_queues().remove(0);
                 let mut io = NsIo::new(&c, &mut q, Nsid(1)).unwrap_or_else(|e| panic!("{e}"));
                 let (mut wins, mut misses) = (0u64, 0u64);
+                let mut slowest = std::time::Duration::ZERO;
                 while wins < ROUNDS {
                     let mut cur = vec![0u8; NLB * BLOCK];
                     io.read(lba, &mut cur)
                         .unwrap_or_else(|e| panic!("read: {e}"));
                     let v = u64::from_le_bytes(cur[..8].try_into().unwrap_or([0; 8]));
+                    let t = std::time::Instant::now();
                     let (s1, s2) = io
                         .compare_and_write(lba, &cur, &counter(v + 1))
                         .unwrap_or_else(|e| panic!("{e}"));
+                    slowest = slowest.max(t.elapsed());
                     if s1.is_success() {
                         assert!(s2.is_success(), "{s2:?}");
                         wins += 1;
@@ -750,6 +759,10 @@ mod rbd {
                         misses += 1;
                     }
                 }
+                eprintln!(
+                    "a host through {}: slowest compare-and-write {slowest:?}",
+                    nqn
+                );
                 misses
             }));
         }
