@@ -34,10 +34,16 @@ pub struct Env {
     pub nqn: Nqn,
 }
 
-/// Logs to the test output when `RUST_LOG` is set.
+/// The log filter without `RUST_LOG`: warnings and errors, which the test harness
+/// shows only for a test that failed (a stuck command's report names where it waits).
+const DEFAULT_LOG_FILTER: &str = "warn";
+
+/// Logs to the test output (`RUST_LOG`, else [`DEFAULT_LOG_FILTER`]).
 pub fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(filter)
         .with_test_writer()
         .try_init();
 }

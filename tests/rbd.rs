@@ -689,8 +689,13 @@ mod rbd {
         const ROUNDS: u64 = 40;
         const NLB: usize = 1;
         let cluster = CephCluster::start("caw", IMAGE_SIZE);
-        let gw_a = start_tcp(&rbd_config(&cluster), TcpOptions::default());
-        let gw_b = start_tcp(&rbd_config(&cluster), TcpOptions::default());
+        // A command outstanding this long is logged with where it waits (the backend,
+        // the transport): the output of a failed run says whether librbd held it.
+        const STUCK_MS: u32 = 2000;
+        let mut cfg = rbd_config(&cluster);
+        cfg.transport.stuck_command_ms = STUCK_MS;
+        let gw_a = start_tcp(&cfg, TcpOptions::default());
+        let gw_b = start_tcp(&cfg, TcpOptions::default());
         let lba = 1024u64;
         let counter = |v: u64| {
             let mut b = vec![0u8; NLB * BLOCK];
