@@ -54,6 +54,11 @@ fn tcp_connection_inputs() {
 }
 
 #[test]
+fn tcp_transfer_inputs() {
+    replay("tcp_transfer", harness::tcp_transfer::run);
+}
+
+#[test]
 fn tls_stream_inputs() {
     replay("tls_stream", harness::tls_stream::run);
 }
@@ -80,6 +85,7 @@ fn harness_smoke() {
         harness::wire::run(input);
         harness::tcp_framer::run(input);
         harness::tcp_connection::run(input);
+        harness::tcp_transfer::run(input);
         harness::connect::run(input);
         harness::dispatcher::run(input);
         harness::auth::run(input);

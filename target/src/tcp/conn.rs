@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 
 use nvmf_common::tls::Socket;
 use nvmf_common::transport::tcp::{Connection, DataProgress, Event, FramerError};
+use nvmf_common::transport::tcp::{InPlace, R2tWindows, TransferError};
 use nvmf_common::transport::tcp::{Negotiated, Pdu, PduWriter};
 use nvmf_common::wire::sqe::SQE_LEN;
 use nvmf_common::wire::status::{generic, Status};
@@ -34,10 +35,8 @@ use crate::runtime::{InCapsule, ReqState, Runtime};
 /// The transport part of a command slot: its R2T state.
 #[derive(Debug, Default)]
 pub struct TcpSlot {
-    /// The next offset to ask for with an R2T.
-    next_r2t: u32,
-    /// Outstanding R2T windows: (next expected offset, end).
-    windows: Vec<(u32, u32)>,
+    /// R2Ts sent and the H2CData they still expect.
+    r2t: R2tWindows,
     /// Set when data of this command failed its digest: it completes with this status
     /// once its outstanding R2T windows are drained, and never executes.
     failed: Option<Status>,
@@ -46,8 +45,7 @@ pub struct TcpSlot {
 impl TcpSlot {
     /// Ready for a new transfer (keeps the windows' allocation).
     pub fn reset(&mut self) {
-        self.next_r2t = 0;
-        self.windows.clear();
+        self.r2t.reset();
         self.failed = None;
     }
 
@@ -56,23 +54,11 @@ impl TcpSlot {
         self.failed
     }
 
-    /// The outstanding R2T window that data at `datao..end` continues (starts at
-    /// its next expected offset and ends within it).
-    fn window_of(&self, datao: u32, end: u32) -> Option<usize> {
-        self.windows.iter().position(|w| w.0 == datao && end <= w.1)
-    }
-
     /// The R2T state in words (a stuck command's report).
     pub fn describe(&self) -> String {
-        let windows: Vec<String> = self
-            .windows
-            .iter()
-            .map(|(next, end)| format!("[{next}, {end})"))
-            .collect();
         format!(
-            "H2CData expected for R2T windows {}; next R2T at offset {}{}",
-            windows.join(", "),
-            self.next_r2t,
+            "{}{}",
+            self.r2t.describe(),
             if self.failed.is_some() {
                 "; data failed its digest"
             } else {
@@ -83,7 +69,7 @@ impl TcpSlot {
 
     /// Whether data at `datao..end` continues an outstanding R2T window.
     pub fn continues_window(&self, datao: u32, end: u32) -> bool {
-        self.window_of(datao, end).is_some()
+        self.r2t.continues_window(datao, end)
     }
 }
 
@@ -105,24 +91,14 @@ pub struct Conn {
     pub(super) tx: TxQueue,
     /// The epoll interest registered for the socket.
     pub(super) interest: EpollFlags,
-    /// The H2CData PDU being read is received in place ([`super::direct`]): the
-    /// number of its data bytes the framer held when that started (the handler copies
-    /// only those).
-    pub(super) direct: Option<usize>,
-    /// The last H2CData PDU was large and received in place: the next socket read is
-    /// small ([`direct::SMALL_RX`]).
-    pub(super) large_data: bool,
+    /// Whether the H2CData PDU being read goes straight into its command's buffer
+    /// ([`super::direct`]), and how large the next socket read is.
+    pub(super) in_place: InPlace,
 }
 
 /// An error the transport finds in a PDU the framer accepted (an H2CData naming no
 /// transfer or outside its R2T window): the connection ends with a C2HTermReq.
-pub(super) struct ProtocolError {
-    /// Fatal Error Status (`wire::tcp::term_fes`).
-    fes: u16,
-    /// Fatal Error Information: the offending field's byte offset.
-    fei: u32,
-    reason: String,
-}
+pub(super) type ProtocolError = TransferError;
 
 /// Transient Transport Error: what a command whose data failed its digest completes with.
 fn transient_transport_error() -> Status {
@@ -416,16 +392,13 @@ impl TcpTransport {
         };
         let len = slot.req.plan.len;
         let cid = slot.req.cid();
-        let st = &mut slot.t;
+        let st = &mut slot.t.r2t;
         let mut n = 0;
-        while st.windows.len() < limit && st.next_r2t < len {
-            let off = st.next_r2t;
-            let l = (len - off).min(maxh2c);
-            if w.r2t(cid, si, off, l, &mut q.t.tx.bytes).is_err() {
+        while let Some(r2t) = st.next_r2t(len, maxh2c, limit) {
+            if w.r2t(cid, si, r2t.0, r2t.1, &mut q.t.tx.bytes).is_err() {
+                st.unsend(r2t);
                 break;
             }
-            st.windows.push((off, off + l));
-            st.next_r2t = off + l;
             n += 1;
         }
         bump(&rt.stats.r2ts, n);
@@ -450,8 +423,8 @@ impl TcpTransport {
         let Some(q) = rt.queue_mut(ci) else {
             return Ok(());
         };
-        let direct = q.t.direct.take();
-        q.t.large_data = direct.is_some() && datal as usize >= direct::DIRECT_MIN;
+        // The bytes the handler copies: all but those received in place.
+        let held = q.t.in_place.finish(datal as usize);
         let waiting = q.slots.get(usize::from(ttag)).map(|s| {
             (
                 s.state == ReqState::TransferringHostToController,
@@ -477,56 +450,26 @@ impl TcpTransport {
                 });
             }
         }
-        if datal == 0 {
-            return Err(ProtocolError {
-                fes: term_fes::INVALID_HEADER_FIELD,
-                fei: offset::DATA_LENGTH,
-                reason: format!("H2CData for command {cid:#x} without data"),
-            });
-        }
         let Some(slot) = q.slots.get_mut(usize::from(ttag)) else {
             return Ok(());
         };
-        let end = datao.checked_add(datal);
-        let win = end.and_then(|end| Some((slot.t.window_of(datao, end)?, end)));
-        let (wi, end) = match win {
-            Some(w) => w,
-            None => {
-                let windows = format!("{:?}", slot.t.windows);
-                return Err(ProtocolError {
-                    fes: term_fes::DATA_OUT_OF_RANGE,
-                    fei: 0,
-                    reason: format!(
-                        "H2CData for command {cid:#x} at offset {datao} length {datal} is not the next data of an R2T window (outstanding [offset, end): {windows})"
-                    ),
-                });
-            }
-        };
+        slot.t.r2t.accept_h2c(cid, datao, datal)?;
         match data {
             Some(d) if slot.t.failed.is_none() => {
                 // Received in place (see `direct`): all but the first bytes are there.
-                let d = match direct {
-                    Some(k) => d.get(..k).unwrap_or(d),
-                    None => d,
-                };
-                slot.req.write_data(datao as usize, d)
+                slot.req
+                    .write_data(datao as usize, d.get(..held).unwrap_or(d))
             }
             Some(_) => {}
             None => slot.t.failed = Some(transient_transport_error()),
         }
-        if let Some(w) = slot.t.windows.get_mut(wi) {
-            w.0 = end;
-            if w.0 >= w.1 {
-                slot.t.windows.remove(wi);
-            }
-        }
         let len = slot.req.plan.len;
         if let Some(st) = slot.t.failed {
-            if slot.t.windows.is_empty() {
+            if slot.t.r2t.drained() {
                 // Never executed: the data that failed its digest reaches nothing.
                 rt.data_failed(self, ci, ttag, st);
             }
-        } else if slot.t.windows.is_empty() && slot.t.next_r2t >= len {
+        } else if slot.t.r2t.complete(len) {
             rt.data_ready(self, ci, ttag);
         } else {
             self.issue_r2ts(rt, ci, ttag);

@@ -14,18 +14,12 @@
 //! comes here too; the handler then copies only the bytes the framer held
 //! ([`Conn::direct`](super::conn::Conn)).
 
+pub(super) use nvmf_common::transport::tcp::DIRECT_MIN;
 use nvmf_common::transport::tcp::{Connection, DataProgress};
 
 use super::poll_group::TcpTransport;
 use crate::backend::DmaSlice;
 use crate::runtime::{ReqState, Runtime};
-
-/// A socket read goes straight into a command's buffer when at least this much of
-/// the PDU's data is missing (less: one ordinary read takes it with what follows).
-pub(super) const DIRECT_MIN: usize = 16 * 1024;
-/// Bytes read into the receive buffer after an H2CData PDU received in place: the
-/// next PDUs' headers, not the next PDU's data (which then goes in place too).
-pub(super) const SMALL_RX: usize = 256;
 
 /// Where the rest of the H2CData PDU `d` goes when it is put straight into its
 /// command's buffer: the missing part of the PDU's data, as a slice of the buffer.
@@ -37,11 +31,8 @@ pub(super) fn direct_dst(
     d: &DataProgress,
     min: usize,
 ) -> Option<DmaSlice> {
-    let missing = d.len.checked_sub(d.received)?;
     let q = rt.queue(ci)?;
-    if missing == 0 || (missing < min && q.t.direct.is_none()) {
-        return None;
-    }
+    let missing = q.t.in_place.wanted(d.received, d.len, min)?;
     let slot = q.slots.get(usize::from(d.ttag))?;
     if slot.state != ReqState::TransferringHostToController
         || slot.req.cid() != d.cid
@@ -87,6 +78,6 @@ pub(super) fn placed(
 ) {
     conn.skip_data(placed);
     if let Some(q) = rt.queue_mut(ci) {
-        q.t.direct.get_or_insert(d.received);
+        q.t.in_place.placed(d.received);
     }
 }

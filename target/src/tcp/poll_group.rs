@@ -26,7 +26,7 @@ use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{debug, info, warn};
 
 use nvmf_common::tls::{Socket, TlsPeer};
-use nvmf_common::transport::tcp::{Connection, ControllerConfig};
+use nvmf_common::transport::tcp::{Connection, ControllerConfig, InPlace};
 
 use super::conn::{Conn, TcpSlot};
 use super::direct;
@@ -163,8 +163,7 @@ impl Transport for TcpTransport {
             slots_known: 1,
             tx: TxQueue::default(),
             interest: EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
-            direct: None,
-            large_data: false,
+            in_place: InPlace::default(),
         };
         // Before Connect: one slot; the queue id and size come from the Connect.
         let mut ctx = QueueCtx::unbound(nc.port);
@@ -461,11 +460,7 @@ impl TcpTransport {
                 break;
             }
             reads += 1;
-            let cap = if q.t.large_data {
-                direct::SMALL_RX
-            } else {
-                rx.len()
-            };
+            let cap = q.t.in_place.read_len(rx.len());
             let (r, want) = match &dst {
                 // SAFETY: the only borrow of `to`, ended by this read.
                 Some((to, _)) => (sock.read(unsafe { direct::dst_bytes(to) }), to.len),

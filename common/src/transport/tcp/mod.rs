@@ -25,6 +25,11 @@
 //! The host side is the mirror image ([`Connection::host`] with a [`HostConfig`]
 //! queues the ICReq; the ICResp is checked by [`negotiate::accept_icresp`]).
 //!
+//! What a data or R2T PDU means for its command is checked against that command's
+//! transfer state, also kept here for both roles ([`R2tWindows`] on the controller,
+//! [`HostTransfer`] on the host), and both drivers decide with [`InPlace`] when a
+//! data PDU's data goes straight into its command's buffer.
+//!
 //! Behaviour follows the NVMe/TCP Transport Specification 1.0 as Linux
 //! (`drivers/nvme/{host,target}/tcp.c`), SPDK (`lib/nvmf/tcp.c`) and FreeBSD
 //! (`sys/dev/nvmf/nvmf_tcp.h`) implement it; see [`PduReader`] for the order of checks.
@@ -36,6 +41,7 @@ mod error;
 mod framer;
 pub mod negotiate;
 mod send_queue;
+mod transfer;
 mod writer;
 
 #[cfg(test)]
@@ -50,6 +56,9 @@ pub use negotiate::{
     ConfigError, ControllerConfig, HostConfig, IcReqParams, IcRespParams, Negotiated,
 };
 pub use send_queue::{SendData, SendQueue, ZERO_COPY_MIN};
+pub use transfer::{
+    HostData, HostTransfer, InPlace, R2tWindows, TransferError, DIRECT_MIN, SMALL_RX,
+};
 pub use writer::{encode_icreq, encode_icresp, encode_term_req, PduWriter};
 
 use crate::wire::tcp::{flags, pdu_type, CMD_HDR_LEN, DATA_HDR_LEN, ICREQ_LEN, ICRESP_LEN};

@@ -44,6 +44,7 @@ use std::sync::Arc;
 use nvmf_common::tls::{ConfiguredPsk, Socket};
 use nvmf_common::transport::tcp::negotiate::MAX_PDU_DATA;
 use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter, SendData, SendQueue};
+use nvmf_common::transport::tcp::{HostData, HostTransfer, InPlace, TransferError};
 use nvmf_common::types::Qid;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sgl::SglDescriptor;
@@ -64,12 +65,6 @@ mod tests;
 const DPTR: std::ops::Range<usize> = sqe_offset::DPTR as usize..sqe_offset::DPTR as usize + 16;
 /// Bytes read from the socket at a time.
 const RX_CHUNK: usize = 128 * 1024;
-/// C2HData still missing at least this many bytes is received straight into its
-/// command's buffer instead of through the receive buffer and the framer.
-const DIRECT_MIN: usize = 16 * 1024;
-/// Bytes read into the receive buffer after a large C2HData PDU: the next PDUs'
-/// headers, not the next PDU's data (which then goes straight into its buffer).
-const SMALL_RX: usize = 256;
 /// Socket reads per `poll` at most, so one busy queue cannot hold its caller forever.
 const READS_PER_POLL: usize = 16;
 /// How long a dying queue tries to get its termination request out.
@@ -183,15 +178,8 @@ impl Fabric for TcpFabric {
 struct Cmd {
     /// The caller's buffer, kept until the command completes.
     buf: Option<IoBuf>,
-    dir: DataDir,
-    /// Bytes described by SGL1.
-    len: u32,
-    /// The write data went in the capsule (no R2T expected).
-    in_capsule: bool,
-    /// Write data asked for by R2Ts so far (the end of the last R2T).
-    r2t_end: u32,
-    /// Read data received so far (the end of the furthest C2HData PDU handled).
-    c2h_end: u32,
+    /// Its data: which way, how much (SGL1), and how far R2Ts or C2HData moved it.
+    xfer: HostTransfer,
     /// Where in the send stream (see `Conn::sent`) the last bytes queued for this
     /// command end: its capsule, then the H2CData answering its latest R2T.
     tx_end: u64,
@@ -204,12 +192,8 @@ impl Cmd {
     /// Where the command is, given the bytes of the send stream written so far (what
     /// [`HostQueue::command_phase`] reports).
     fn phase(&self, sent: u64) -> CommandPhase {
-        let (moved, len) = match self.dir {
-            DataDir::ToCtrl if !self.in_capsule => (self.r2t_end, self.len),
-            DataDir::FromCtrl => (self.c2h_end, self.len),
-            // No data, or it went in the capsule.
-            _ => (0, 0),
-        };
+        // (0, 0): no data, or it went in the capsule.
+        let (moved, len) = self.xfer.moved();
         if sent < self.tx_end {
             // Written in part: the capsule itself, or the data of an R2T.
             return if moved == 0 {
@@ -238,6 +222,11 @@ struct Fatal {
 }
 
 impl Fatal {
+    /// A data or R2T PDU that did not fit its command.
+    fn transfer(e: TransferError) -> Self {
+        Self::new(e.reason, e.fes, e.fei)
+    }
+
     fn new(reason: String, fes: u16, fei: u32) -> Self {
         Fatal {
             reason,
@@ -278,11 +267,9 @@ struct Conn {
     sent: u64,
     /// Completions ready for the caller.
     cqes: Vec<[u8; CQE_LEN]>,
-    /// The C2HData PDU being read is being received straight into its command's
-    /// buffer; the first this many of its data bytes went to the framer.
-    direct: Option<usize>,
-    /// The last C2HData PDU was received that way (see `SMALL_RX`).
-    large_data: bool,
+    /// Whether the C2HData PDU being read goes straight into its command's buffer,
+    /// and how large the next socket read is.
+    in_place: InPlace,
 }
 
 impl Conn {
@@ -424,13 +411,15 @@ impl HostQueue for TcpHostQueue {
             .map_err(|e| TransportError::Invalid(format!("CapsuleCmd: {e}")))?;
         let tx_end = c.tx_position();
         if let Some(s) = c.slots.get_mut(usize::from(slot)) {
+            let way = match (data.is_some(), dir) {
+                (false, _) | (true, DataDir::None) => HostData::None,
+                (true, DataDir::ToCtrl) if in_capsule => HostData::InCapsule,
+                (true, DataDir::ToCtrl) => HostData::ByR2t,
+                (true, DataDir::FromCtrl) => HostData::FromController,
+            };
             *s = Some(Cmd {
                 buf: data.cloned(),
-                dir: if data.is_some() { dir } else { DataDir::None },
-                len,
-                in_capsule,
-                r2t_end: 0,
-                c2h_end: 0,
+                xfer: HostTransfer::new(way, len),
                 tx_end,
                 failed: None,
             });

@@ -9,7 +9,7 @@ use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::status::Status;
 use nvmf_common::wire::tcp::{flags, offset, pdu_type, pdu_type_name, term_fes};
 
-use super::{describe_term, Cmd, Conn, DataDir, Fatal, WriteData, DATA_DIGEST_STATUS, DIRECT_MIN};
+use super::{describe_term, Cmd, Conn, Fatal, WriteData, DATA_DIGEST_STATUS};
 
 impl Conn {
     /// What the connection made of one PDU.
@@ -17,7 +17,7 @@ impl Conn {
         if !matches!(ev, Event::Pdu(_)) {
             // A PDU that failed its digest (or a dead connection): whatever was
             // received straight into a buffer is dropped with the rest of it.
-            self.direct = None;
+            self.in_place.abandon();
         }
         match ev {
             Event::Pdu(pdu) => self.on_pdu(pdu),
@@ -55,19 +55,15 @@ impl Conn {
     /// PDU fits a read command that has not failed (anything else takes the ordinary
     /// path, which reports what is wrong).
     pub(super) fn direct_dst(&mut self, d: &DataProgress, min: usize) -> Option<&mut [u8]> {
-        let missing = d.len.checked_sub(d.received)?;
         // Once started, the whole rest of the PDU's data goes this way (the handler
         // copies only the bytes the framer got first).
-        if missing < min && self.direct.is_none() {
-            return None;
-        }
+        let missing = self.in_place.wanted(d.received, d.len, min)?;
         let cmd = self.slots.get(usize::from(d.cid))?.as_ref()?;
-        let end = (d.datao as usize).checked_add(d.len)?;
-        if cmd.dir != DataDir::FromCtrl || cmd.failed.is_some() || end > cmd.len as usize {
+        if !cmd.xfer.fits_c2h(d.datao, d.len) || cmd.failed.is_some() {
             return None;
         }
         let buf = cmd.buf.as_ref()?;
-        if end > buf.len {
+        if (d.datao as usize).checked_add(d.len)? > buf.len {
             return None;
         }
         let at = buf.offset + d.datao as usize + d.received;
@@ -96,9 +92,9 @@ impl Conn {
     }
 
     fn on_pdu(&mut self, pdu: Pdu<'_>) -> Result<(), Fatal> {
-        let direct = self.direct.take();
         match pdu {
             Pdu::CapsuleResp { cqe } => {
+                self.in_place.abandon();
                 self.on_resp(cqe);
                 Ok(())
             }
@@ -108,13 +104,21 @@ impl Conn {
                 success,
                 data,
                 ..
-            } => self.on_c2h_data(cid, datao, success, data, direct),
+            } => {
+                // The bytes the handler copies: all but those received in place.
+                let held = self.in_place.finish(data.len());
+                let held = data.get(..held).unwrap_or(data);
+                self.on_c2h_data(cid, datao, data.len(), success, held)
+            }
             Pdu::R2T {
                 cid,
                 ttag,
                 offset,
                 length,
-            } => self.on_r2t(cid, ttag, offset, length),
+            } => {
+                self.in_place.abandon();
+                self.on_r2t(cid, ttag, offset, length)
+            }
             // Termination requests arrive as `Event::PeerTerminated`.
             other => Err(Fatal::new(
                 format!(
@@ -142,15 +146,16 @@ impl Conn {
         self.cqes.push(cqe);
     }
 
+    /// C2HData of `datal` bytes at `datao`; `data` is what the framer holds of them
+    /// (all unless the rest was received in place, see `direct_dst`).
     fn on_c2h_data(
         &mut self,
         cid: u16,
         datao: u32,
+        datal: usize,
         success: bool,
         data: &[u8],
-        direct: Option<usize>,
     ) -> Result<(), Fatal> {
-        self.large_data = direct.is_some() && data.len() >= DIRECT_MIN;
         let Some(cmd) = self.slot(cid) else {
             return Err(Fatal::new(
                 format!(
@@ -160,32 +165,13 @@ impl Conn {
                 offset::COMMAND_ID,
             ));
         };
-        let buf = match (&cmd.buf, cmd.dir) {
-            (Some(b), DataDir::FromCtrl) => b,
-            _ => {
-                return Err(Fatal::new(
-                    format!("C2HData for command id {cid}, which reads no data"),
-                    term_fes::INVALID_HEADER_FIELD,
-                    offset::COMMAND_ID,
-                ))
-            }
-        };
-        let end = u64::from(datao) + data.len() as u64;
-        if end > u64::from(cmd.len) {
-            return Err(Fatal::new(
-                format!(
-                    "C2HData for command id {cid} at bytes {datao}..{end}, beyond its {}-byte buffer",
-                    cmd.len
-                ),
-                term_fes::DATA_OUT_OF_RANGE,
-                0,
-            ));
-        }
-        // Data received straight into the buffer (see `direct_dst`) is there already,
-        // all but the first bytes, which the framer holds.
-        let data = match direct {
-            Some(k) => data.get(..k).unwrap_or(data),
-            None => data,
+        cmd.xfer
+            .accept_c2h(cid, datao, datal)
+            .map_err(Fatal::transfer)?;
+        let Some(buf) = &cmd.buf else {
+            return Err(Fatal::quiet(format!(
+                "C2HData for command id {cid}, whose buffer is gone"
+            )));
         };
         if cmd.failed.is_none() && !buf.write_at(datao as usize, data) {
             return Err(Fatal::quiet(format!(
@@ -193,8 +179,6 @@ impl Conn {
                 data.len()
             )));
         }
-        // `end` is within the command's length, a u32.
-        cmd.c2h_end = cmd.c2h_end.max(u32::try_from(end).unwrap_or(u32::MAX));
         if success {
             let st = cmd.failed.unwrap_or(Status::SUCCESS);
             self.complete(cid, st);
@@ -220,13 +204,7 @@ impl Conn {
                 offset::COMMAND_ID,
             ));
         };
-        if cmd.dir != DataDir::FromCtrl {
-            return Err(Fatal::new(
-                format!("C2HData for command id {cid}, which reads no data"),
-                term_fes::INVALID_HEADER_FIELD,
-                offset::COMMAND_ID,
-            ));
-        }
+        cmd.xfer.expects_c2h(cid).map_err(Fatal::transfer)?;
         warn!(%qid, cid, "{e}: the command fails with Data Transfer Error");
         cmd.failed = Some(DATA_DIGEST_STATUS);
         if fl & flags::DATA_SUCCESS != 0 {
@@ -248,45 +226,14 @@ impl Conn {
                 offset::COMMAND_ID,
             ));
         };
-        let buf = match (&cmd.buf, cmd.dir, cmd.in_capsule) {
-            (Some(b), DataDir::ToCtrl, false) => b.clone(),
-            _ => {
-                return Err(Fatal::new(
-                    format!("R2T for command id {cid}, which has no data to transfer by R2T"),
-                    term_fes::INVALID_HEADER_FIELD,
-                    offset::COMMAND_ID,
-                ))
-            }
+        cmd.xfer
+            .accept_r2t(cid, r2to, r2tl)
+            .map_err(Fatal::transfer)?;
+        let Some(buf) = cmd.buf.clone() else {
+            return Err(Fatal::quiet(format!(
+                "R2T for command id {cid}, whose buffer is gone"
+            )));
         };
-        if r2tl == 0 {
-            return Err(Fatal::new(
-                format!("R2T of 0 bytes for command id {cid}"),
-                term_fes::INVALID_HEADER_FIELD,
-                offset::R2T_LENGTH,
-            ));
-        }
-        if r2to < cmd.r2t_end {
-            return Err(Fatal::new(
-                format!(
-                    "R2T for command id {cid} at offset {r2to}, but {} bytes were already asked for",
-                    cmd.r2t_end
-                ),
-                term_fes::INVALID_HEADER_FIELD,
-                offset::R2T_OFFSET,
-            ));
-        }
-        let end = u64::from(r2to) + u64::from(r2tl);
-        if end > u64::from(cmd.len) {
-            return Err(Fatal::new(
-                format!(
-                    "R2T for command id {cid} asks for bytes {r2to}..{end}, beyond its {} bytes of data",
-                    cmd.len
-                ),
-                term_fes::DATA_OUT_OF_RANGE,
-                offset::R2T_LENGTH,
-            ));
-        }
-        cmd.r2t_end = r2to + r2tl;
         // SAFETY: the caller does not write a write command's buffer until the command
         // completes, and nothing else writes it (TCP has no DMA); the borrow ends with
         // the copies into H2CData PDUs below.

@@ -10,11 +10,9 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::Event;
+use nvmf_common::transport::tcp::{Event, DIRECT_MIN};
 
-use super::{
-    Fatal, TcpHostQueue, TransportError, DIRECT_MIN, READS_PER_POLL, SMALL_RX, TERM_SEND_TIMEOUT,
-};
+use super::{Fatal, TcpHostQueue, TransportError, READS_PER_POLL, TERM_SEND_TIMEOUT};
 
 impl TcpHostQueue {
     pub(super) fn check(&self) -> Result<(), TransportError> {
@@ -113,7 +111,7 @@ impl TcpHostQueue {
                             to.copy_from_slice(from);
                             self.tcp.skip_data(to);
                         }
-                        self.conn.direct.get_or_insert(d.received);
+                        self.conn.in_place.placed(d.received);
                         self.rx_start += n;
                         self.take_ready()?;
                         continue;
@@ -157,7 +155,7 @@ impl TcpHostQueue {
                             self.empty = false;
                             drained = n < want && !tls;
                             self.tcp.skip_data(dst.get(..n).unwrap_or(&[]));
-                            self.conn.direct.get_or_insert(d.received);
+                            self.conn.in_place.placed(d.received);
                             self.take_ready()?;
                             continue;
                         }
@@ -167,11 +165,7 @@ impl TcpHostQueue {
             }
             // After a large C2HData PDU another is likely: read little, so that its
             // data goes straight into its buffer rather than through `rx`.
-            let cap = if self.conn.large_data {
-                SMALL_RX
-            } else {
-                self.rx.len()
-            };
+            let cap = self.conn.in_place.read_len(self.rx.len());
             match self.sock.read(self.rx.get_mut(..cap).unwrap_or(&mut [])) {
                 Ok(0) => {
                     let mid = if self.tcp.awaiting_peer() {
