@@ -565,14 +565,14 @@ impl Controller {
     /// Namespace `nsid` if it is active and its host sees it ([`crate::visibility`]).
     /// Every per-namespace command and log finds namespaces through here.
     #[inline]
-    pub fn namespace(&self, nsid: Nsid) -> Option<Arc<crate::subsystem::Namespace>> {
+    pub fn namespace(&self, nsid: Nsid) -> Option<Arc<crate::namespace::Namespace>> {
         self.subsys
             .namespace(nsid)
             .filter(|n| n.visible_to(&self.hostnqn))
     }
 
     /// The namespaces its host sees, in NSID order.
-    pub fn namespaces(&self) -> Vec<Arc<crate::subsystem::Namespace>> {
+    pub fn namespaces(&self) -> Vec<Arc<crate::namespace::Namespace>> {
         let mut v = self.subsys.namespaces();
         v.retain(|n| n.visible_to(&self.hostnqn));
         v

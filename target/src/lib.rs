@@ -19,6 +19,7 @@ pub mod live;
 pub mod locks;
 pub mod management;
 pub mod metrics;
+pub mod namespace;
 pub mod params;
 pub mod passthru;
 pub mod qos;

@@ -1,20 +1,22 @@
-//! NVM subsystems and their namespaces.
+//! NVM subsystems.
 //!
-//! A [`Subsystem`] owns its namespaces and the set of live controllers. It is shared
+//! A [`Subsystem`] owns its namespaces ([`crate::namespace`]) and the set of live controllers. It is shared
 //! (`Arc`) by the target and every controller of it. Namespaces are `Arc`s so that a
 //! namespace removed while I/O runs stays alive until that I/O completes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
 
 use nvmf_common::types::{Cntlid, Nqn, Nsid};
 
-use crate::backend::Backend;
 use crate::controller::Controller;
-use crate::visibility::NsVisibility;
+use crate::namespace::retire_namespace;
+use crate::passthru::serve::{PassthruSubsystem, ServedNamespaces};
+// Namespaces have a file of their own; the integration tests (and embedders) name
+// them here, where they lived before.
+pub use crate::namespace::Namespace;
 
 /// Largest NSID a subsystem accepts (Identify Controller NN).
 pub const MAX_NAMESPACES: u32 = 1024;
@@ -27,118 +29,6 @@ pub enum SubsystemKind {
 }
 
 pub use crate::config::ControllerModel;
-
-/// A namespace: an NSID bound to a backend.
-pub struct Namespace {
-    pub nsid: Nsid,
-    pub backend: Arc<dyn Backend>,
-    pub block_size: u32,
-    pub block_size_shift: u32,
-    pub nblocks: u64,
-    pub uuid: [u8; 16],
-    pub nguid: [u8; 16],
-    /// Unique per namespace instance; backend channels are cached by it.
-    pub instance: u64,
-    /// ANA group (1..=128).
-    pub anagrpid: u32,
-    /// Reservations; kept across a replacement of the namespace (resize, reconfigure).
-    pub resv: Arc<crate::resv::Reservation>,
-    /// Which hosts see it (SPDK's masking); changed in place, see [`crate::visibility`].
-    pub visibility: NsVisibility,
-    /// QoS limits and per-group budgets; kept across a replacement, like `resv`.
-    pub qos: Arc<crate::qos::NsQos>,
-    /// Set when the namespace is removed: a command that found it but has not run yet
-    /// (waiting for its data) gets Invalid Namespace instead of reaching the backend.
-    removed: std::sync::atomic::AtomicBool,
-}
-
-static NS_INSTANCE: AtomicU64 = AtomicU64::new(1);
-/// Moves whenever a namespace instance stops being served (removed or replaced), so
-/// that poll groups drop the backend channels they cached for it.
-static NS_RETIRED_EPOCH: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh instance number: backend channel cache keys (namespaces, a passthru
-/// subsystem's admin channel) never repeat.
-pub(crate) fn next_instance() -> u64 {
-    NS_INSTANCE.fetch_add(1, Ordering::Relaxed)
-}
-
-/// The current namespace retirement epoch (see [`Subsystem::remove_namespace`]).
-pub fn ns_retired_epoch() -> u64 {
-    NS_RETIRED_EPOCH.load(Ordering::Acquire)
-}
-
-/// Moves the retirement epoch: poll groups drop backend channels no longer served.
-pub(crate) fn retire_namespace() {
-    NS_RETIRED_EPOCH.fetch_add(1, Ordering::AcqRel);
-}
-
-impl Namespace {
-    /// Binds `backend` to `nsid`. The block size must be a power of two ≥ 512.
-    pub fn new(nsid: Nsid, backend: Arc<dyn Backend>, uuid: [u8; 16], nguid: [u8; 16]) -> Self {
-        let info = backend.info();
-        let block_size = info.block_size.max(512);
-        let shift = block_size.trailing_zeros();
-        Namespace {
-            nsid,
-            nblocks: info.size_bytes >> shift,
-            block_size,
-            block_size_shift: shift,
-            backend,
-            uuid,
-            nguid,
-            instance: next_instance(),
-            anagrpid: nvmf_common::wire::ana::DEFAULT_GROUP,
-            resv: Arc::new(crate::resv::Reservation::new(None)),
-            visibility: NsVisibility::default(),
-            qos: Arc::new(crate::qos::NsQos::default()),
-            removed: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Whether the namespace was removed from its subsystem.
-    #[inline]
-    pub fn is_removed(&self) -> bool {
-        self.removed.load(Ordering::Acquire)
-    }
-
-    /// The same namespace with its reservation state kept in `ptpl_file` (Persist
-    /// Through Power Loss), restored from it if present.
-    pub fn with_ptpl_file(mut self, ptpl_file: Option<std::path::PathBuf>) -> Self {
-        if ptpl_file.is_some() {
-            self.resv = Arc::new(crate::resv::Reservation::new(ptpl_file));
-        }
-        self
-    }
-
-    /// The same namespace with QoS `limits`.
-    pub fn with_qos(self, limits: &crate::config::QosConfig) -> Self {
-        self.qos.set(limits);
-        self
-    }
-
-    /// The same namespace in ANA group `grpid`.
-    pub fn with_anagrpid(mut self, grpid: u32) -> Self {
-        self.anagrpid = grpid;
-        self
-    }
-
-    /// The same namespace visible to every host, or (`auto_visible` false) to `hosts`.
-    pub fn with_visibility(mut self, auto_visible: bool, hosts: &[Nqn]) -> Self {
-        self.visibility = NsVisibility::new(auto_visible, hosts);
-        self
-    }
-
-    /// Whether `host` sees the namespace.
-    #[inline]
-    pub fn visible_to(&self, host: &Nqn) -> bool {
-        self.visibility.allows(host)
-    }
-
-    pub fn size_bytes(&self) -> u64 {
-        self.nblocks << self.block_size_shift
-    }
-}
 
 /// Static identity and policy of a subsystem.
 #[derive(Debug, Clone)]
@@ -165,7 +55,7 @@ pub struct Subsystem {
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     ctrls: Mutex<CtrlTable>,
     /// The device of a passthru subsystem, whose namespaces these are.
-    passthru: std::sync::OnceLock<Arc<crate::passthru::serve::PassthruSubsystem>>,
+    passthru: std::sync::OnceLock<Arc<PassthruSubsystem>>,
 }
 
 struct CtrlTable {
@@ -200,20 +90,18 @@ impl Subsystem {
 
     /// The device this subsystem passes commands to, if it is a passthru subsystem.
     #[inline]
-    pub fn passthru(&self) -> Option<&Arc<crate::passthru::serve::PassthruSubsystem>> {
+    pub fn passthru(&self) -> Option<&Arc<PassthruSubsystem>> {
         self.passthru.get()
     }
 
     /// Makes this a passthru subsystem of `dev` and adds the device's namespaces;
     /// once only.
-    pub fn attach_passthru(
-        self: &Arc<Self>,
-        dev: Arc<crate::passthru::serve::PassthruSubsystem>,
-    ) -> Result<(), String> {
+    pub fn attach_passthru(self: &Arc<Self>, dev: Arc<PassthruSubsystem>) -> Result<(), String> {
         self.passthru
             .set(dev.clone())
             .map_err(|_| format!("{} already has a passthru device", self.nqn))?;
-        dev.attach(self)
+        let me: Arc<dyn ServedNamespaces> = self.clone();
+        dev.attach(&me)
     }
 
     pub fn is_discovery(&self) -> bool {
@@ -281,7 +169,7 @@ impl Subsystem {
         let ns = self.namespaces.write().remove(&nsid.0);
         if let Some(n) = &ns {
             // Before returning: no command executes on it from now on.
-            n.removed.store(true, Ordering::Release);
+            n.mark_removed();
             retire_namespace();
             self.notify_ns_changed(nsid, &|h| n.visible_to(h));
         }
@@ -439,5 +327,27 @@ impl Subsystem {
 
     pub fn unregister_controller(&self, cntlid: Cntlid) {
         self.ctrls.lock().live.remove(&cntlid.0);
+    }
+}
+
+/// What a passthru device's rescans change ([`PassthruSubsystem`]).
+impl ServedNamespaces for Subsystem {
+    fn nqn(&self) -> &Nqn {
+        &self.nqn
+    }
+    fn active_nsids(&self) -> Vec<u32> {
+        Subsystem::active_nsids(self)
+    }
+    fn contains(&self, nsid: Nsid) -> bool {
+        self.namespace(nsid).is_some()
+    }
+    fn add(&self, ns: Namespace) -> Result<(), String> {
+        self.add_namespace(ns)
+    }
+    fn replace(&self, ns: Namespace) -> Result<(), String> {
+        self.replace_namespace(ns).map(|_| ())
+    }
+    fn remove(&self, nsid: Nsid) {
+        self.remove_namespace(nsid);
     }
 }

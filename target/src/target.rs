@@ -14,8 +14,9 @@ use crate::config::{Config, NamespaceConfig, PortConfig, SubsystemConfig, TrType
 use nvmf_common::types::Nqn;
 
 use crate::backend::spec::{open_backend, NamespaceSpec, OpenOptions, RbdOptions};
+use crate::namespace::Namespace;
 use crate::params::{PortInfo, ReferralInfo, TargetParams};
-use crate::subsystem::{ControllerModel, Namespace, Subsystem, SubsystemKind, SubsystemParams};
+use crate::subsystem::{ControllerModel, Subsystem, SubsystemKind, SubsystemParams};
 
 /// Model number reported for subsystems that do not set one.
 pub const DEFAULT_MODEL: &str = "nvmf-rs";
@@ -144,7 +145,7 @@ impl Target {
             }
             // Its namespaces are no longer served: poll groups close the backend
             // channels (and descriptors) they opened for them.
-            crate::subsystem::retire_namespace();
+            crate::namespace::retire_namespace();
             self.discovery_changed_for(DiscoveryScope::Exporting(nqn), &|h| sub.host_allowed(h));
         }
         s

@@ -28,7 +28,7 @@ use nvmf_verbs::DmaBuffer;
 use super::{DataDir, ExecCtx, Plan, Request};
 use crate::backend::{DmaSlice, IoOp};
 use crate::controller::Controller;
-use crate::subsystem::Namespace;
+use crate::namespace::Namespace;
 
 /// A command that needs a second round of backend operations once the first is done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -10,7 +10,8 @@ use nvmf_common::wire::identify::{
 };
 
 use crate::controller::{Controller, AER_LIMIT, ERROR_LOG_ENTRIES};
-use crate::subsystem::{ControllerModel, Namespace};
+use crate::namespace::Namespace;
+use crate::subsystem::ControllerModel;
 use crate::target::Target;
 
 /// IEEE OUI reported in Identify Controller (none registered: zero).

@@ -18,7 +18,7 @@ use nvmf_verbs::DmaBuffer;
 use super::{DataDir, ExecCtx, Outcome, Plan, Request};
 use crate::backend::{DmaSlice, IoOp};
 use crate::controller::Controller;
-use crate::subsystem::Namespace;
+use crate::namespace::Namespace;
 
 fn lba_out_of_range() -> Status {
     Status::generic_dnr(generic::LBA_OUT_OF_RANGE).at(nvm::offset::SLBA, 0)

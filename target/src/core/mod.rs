@@ -43,8 +43,8 @@ use nvmf_verbs::DmaBuffer;
 
 use crate::backend::{BackendError, DmaSlice, IoChannel, IoCompletion, IoOp};
 use crate::controller::Controller;
+use crate::namespace::Namespace;
 use crate::params::PortInfo;
-use crate::subsystem::Namespace;
 use crate::target::Target;
 
 /// Direction of a command's data.
@@ -361,14 +361,14 @@ impl ExecCtx {
             channels: crate::fastmap::FastMap::default(),
             dirty: Vec::new(),
             reaped: Vec::with_capacity(256),
-            seen_epoch: crate::subsystem::ns_retired_epoch(),
+            seen_epoch: crate::namespace::ns_retired_epoch(),
         }
     }
 
     /// Closes the backend channels of namespaces no longer served (removed or resized
     /// away) once their I/O has drained. Cheap when nothing was retired: one load.
     fn prune_channels(&mut self) {
-        let epoch = crate::subsystem::ns_retired_epoch();
+        let epoch = crate::namespace::ns_retired_epoch();
         if epoch == self.seen_epoch {
             return;
         }

@@ -23,7 +23,7 @@ use nvmf_common::wire::status::{generic, Status};
 
 use super::{DataDir, Plan, Request};
 use crate::controller::Controller;
-use crate::subsystem::Namespace;
+use crate::namespace::Namespace;
 
 /// Feature capability bits reported for the reservation features: changeable, per
 /// namespace (SEL = 011b).

@@ -15,7 +15,8 @@ use nvmf_common::types::{Nqn, Nsid};
 
 use crate::backend::spec::NamespaceSpec;
 use crate::events::{NamespaceChange, TargetEvent};
-use crate::subsystem::{Namespace, Subsystem};
+use crate::namespace::Namespace;
+use crate::subsystem::Subsystem;
 use crate::target::{build_namespace, build_subsystem, subsystem_params, Target};
 
 /// One change to the running target.

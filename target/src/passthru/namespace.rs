@@ -17,11 +17,10 @@ use nvmf_common::wire::identify::{flbas_index, IdentifyNamespace, IDENTIFY_LEN};
 use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 
 use super::device::{DataBuf, DeviceError, NvmeController};
-use super::serve::PassthruSubsystem;
 use crate::backend::{
     Backend, BackendError, BackendInfo, CqeResult, IoChannel, IoCompletion, IoOp, PassthruCmd,
 };
-use crate::subsystem::Namespace;
+use crate::namespace::Namespace;
 use nvmf_common::wire::status::{path, Sct};
 
 /// A block size for namespaces whose Identify Namespace names none (a command set
@@ -29,6 +28,14 @@ use nvmf_common::wire::status::{path, Sct};
 const FALLBACK_BLOCK_SIZE: u32 = 512;
 /// The largest LBA data size (log2) taken from a device: 2 GiB blocks are nonsense.
 const MAX_LBADS: u8 = 31;
+
+/// Told when a command of a namespace's channel finds the device gone: the served
+/// subsystem ([`super::serve`]) implements it. A trait because serve.rs builds the
+/// namespaces here, so this file does not name it back.
+pub trait LossWatch: Send + Sync {
+    /// Checks the device off the poll group; never blocks.
+    fn device_lost(self: Arc<Self>);
+}
 
 /// One namespace of a passthru device.
 pub struct PassthruBackend {
@@ -38,7 +45,7 @@ pub struct PassthruBackend {
     /// The generic character device the I/O goes to, found once at start.
     generic: Option<PathBuf>,
     /// Told when a command finds the device gone.
-    owner: Weak<PassthruSubsystem>,
+    owner: Weak<dyn LossWatch>,
 }
 
 impl PassthruBackend {
@@ -76,7 +83,7 @@ impl Backend for PassthruBackend {
 /// can check the device and take its namespaces away from the hosts.
 struct Watched {
     inner: Box<dyn IoChannel>,
-    owner: Weak<PassthruSubsystem>,
+    owner: Weak<dyn LossWatch>,
 }
 
 fn device_gone(c: &IoCompletion) -> bool {
@@ -135,7 +142,7 @@ fn identify_namespace(dev: &dyn NvmeController, nsid: u32) -> Result<Vec<u8>, De
 pub fn build_namespace(
     dev: &Arc<dyn NvmeController>,
     nsid: u32,
-    owner: Weak<PassthruSubsystem>,
+    owner: Weak<dyn LossWatch>,
 ) -> Result<Namespace, DeviceError> {
     let page = identify_namespace(dev.as_ref(), nsid)?;
     let id = IdentifyNamespace::new_unchecked(&page[..]);
@@ -179,7 +186,7 @@ pub fn build_namespace(
 /// Every active namespace of the device.
 pub fn build_namespaces(
     dev: &Arc<dyn NvmeController>,
-    owner: &Weak<PassthruSubsystem>,
+    owner: &Weak<dyn LossWatch>,
 ) -> Result<Vec<Namespace>, DeviceError> {
     dev.active_namespaces()?
         .into_iter()

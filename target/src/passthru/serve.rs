@@ -21,7 +21,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use parking_lot::Mutex;
 
-use nvmf_common::types::Nsid;
+use nvmf_common::types::{Nqn, Nsid};
 use nvmf_common::wire::sqe::Sqe;
 use nvmf_common::wire::status::{generic, Status};
 
@@ -30,11 +30,11 @@ use super::device::{
 };
 use super::exec::AdminOutcome;
 use super::ioctl::CharDevice;
-use super::namespace::{build_namespace, build_namespaces};
+use super::namespace::{build_namespace, build_namespaces, LossWatch};
 use super::worker::{AdminJob, AdminWorker, JobData, JobDone, JobResult};
 use crate::backend::{BackendError, CqeResult, IoChannel, IoCompletion, IoOp, PassthruCmd};
 use crate::config::PassthruConfig;
-use crate::subsystem::Subsystem;
+use crate::namespace::Namespace;
 
 /// Devices handed to the target in-process (tests, embedders) instead of opened
 /// from their path; looked up by the configured `device_path`.
@@ -50,6 +50,23 @@ pub fn provide_device(path: &Path, dev: Arc<dyn NvmeController>) {
     provided().lock().insert(path.to_path_buf(), dev);
 }
 
+/// The namespaces of the subsystem a device serves, as its rescans change them. The
+/// subsystem implements it; a trait because the subsystem holds this device (so
+/// this file does not import the subsystem back).
+pub trait ServedNamespaces: Send + Sync {
+    /// The subsystem's NQN (for the logs).
+    fn nqn(&self) -> &Nqn;
+    /// Active namespace ids.
+    fn active_nsids(&self) -> Vec<u32>;
+    fn contains(&self, nsid: Nsid) -> bool;
+    /// Adds a namespace; its hosts get Namespace Attribute Changed.
+    fn add(&self, ns: Namespace) -> Result<(), String>;
+    /// Replaces the namespace of `ns.nsid` with `ns`, as a resize does.
+    fn replace(&self, ns: Namespace) -> Result<(), String>;
+    /// Removes namespace `nsid`, if there.
+    fn remove(&self, nsid: Nsid);
+}
+
 /// One passthru subsystem's device and admin worker.
 pub struct PassthruSubsystem {
     pub dev: Arc<dyn NvmeController>,
@@ -60,7 +77,7 @@ pub struct PassthruSubsystem {
     /// The version its controllers report (VS and Identify VER): the device's.
     pub version: u32,
     /// The subsystem, for rescans after commands that change namespaces.
-    subsys: OnceLock<Weak<Subsystem>>,
+    subsys: OnceLock<Weak<dyn ServedNamespaces>>,
     /// A check of the device after a command found it gone is under way.
     checking_loss: AtomicBool,
 }
@@ -93,7 +110,7 @@ impl PassthruSubsystem {
             dev,
             cfg: cfg.clone(),
             worker,
-            admin_instance: crate::subsystem::next_instance(),
+            admin_instance: crate::namespace::next_instance(),
             version,
             subsys: OnceLock::new(),
             checking_loss: AtomicBool::new(false),
@@ -101,12 +118,12 @@ impl PassthruSubsystem {
     }
 
     /// Binds the subsystem this device serves, and adds its namespaces.
-    pub fn attach(self: &Arc<Self>, subsys: &Arc<Subsystem>) -> Result<(), String> {
+    pub fn attach(self: &Arc<Self>, subsys: &Arc<dyn ServedNamespaces>) -> Result<(), String> {
         let _ = self.subsys.set(Arc::downgrade(subsys));
-        let nss = build_namespaces(&self.dev, &Arc::downgrade(self))
+        let nss = build_namespaces(&self.dev, &self.loss_watch())
             .map_err(|e| format!("{}: cannot read its namespaces: {e}", self.dev.name()))?;
         for ns in nss {
-            subsys.add_namespace(ns)?;
+            subsys.add(ns)?;
         }
         Ok(())
     }
@@ -126,24 +143,9 @@ impl PassthruSubsystem {
         }))
     }
 
-    /// A command found the device gone (its node vanished: unplugged, reset away):
-    /// checks the device off the poll group, once at a time. Called on a poll group;
-    /// never blocks.
-    pub fn device_lost(self: &Arc<Self>) {
-        if self.checking_loss.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("passthru-lost".to_string())
-            .spawn(move || {
-                me.check_after_loss();
-                me.checking_loss.store(false, Ordering::Release);
-            });
-        if let Err(e) = spawned {
-            tracing::error!(device = %self.dev.name(), "cannot check a lost device: {e}");
-            self.checking_loss.store(false, Ordering::Release);
-        }
+    /// The watch its namespaces' channels report a lost device to.
+    fn loss_watch(self: &Arc<Self>) -> Weak<dyn LossWatch> {
+        Arc::downgrade(self) as Weak<dyn LossWatch>
     }
 
     /// After a loss: a device that no longer answers has its namespaces removed, so
@@ -162,11 +164,11 @@ impl PassthruSubsystem {
                     return;
                 }
                 tracing::error!(
-                    device = %self.dev.name(), subnqn = %subsys.nqn, error = %e,
+                    device = %self.dev.name(), subnqn = %subsys.nqn(), error = %e,
                     "the passthru device is gone: its namespaces {gone:?} are removed from the subsystem"
                 );
                 for nsid in gone {
-                    subsys.remove_namespace(Nsid(nsid));
+                    subsys.remove(Nsid(nsid));
                 }
             }
             Err(e) => {
@@ -191,27 +193,49 @@ impl PassthruSubsystem {
         };
         for old in subsys.active_nsids() {
             if !now.contains(&old) {
-                tracing::info!(subnqn = %subsys.nqn, nsid = old, "passthru namespace gone from the device");
-                subsys.remove_namespace(Nsid(old));
+                tracing::info!(subnqn = %subsys.nqn(), nsid = old, "passthru namespace gone from the device");
+                subsys.remove(Nsid(old));
             }
         }
         for nsid in now {
-            let ns = match build_namespace(&self.dev, nsid, Arc::downgrade(self)) {
+            let ns = match build_namespace(&self.dev, nsid, self.loss_watch()) {
                 Ok(ns) => ns,
                 Err(e) => {
                     tracing::warn!(device = %self.dev.name(), nsid, error = %e, "rescan: cannot read a namespace");
                     continue;
                 }
             };
-            let r = if subsys.namespace(Nsid(nsid)).is_some() {
-                subsys.replace_namespace(ns).map(|_| ())
+            let r = if subsys.contains(Nsid(nsid)) {
+                subsys.replace(ns)
             } else {
-                tracing::info!(subnqn = %subsys.nqn, nsid, "passthru namespace new on the device");
-                subsys.add_namespace(ns)
+                tracing::info!(subnqn = %subsys.nqn(), nsid, "passthru namespace new on the device");
+                subsys.add(ns)
             };
             if let Err(e) = r {
-                tracing::warn!(subnqn = %subsys.nqn, nsid, "rescan: {e}");
+                tracing::warn!(subnqn = %subsys.nqn(), nsid, "rescan: {e}");
             }
+        }
+    }
+}
+
+impl LossWatch for PassthruSubsystem {
+    /// A command found the device gone (its node vanished: unplugged, reset away):
+    /// checks the device off the poll group, once at a time. Called on a poll group;
+    /// never blocks.
+    fn device_lost(self: Arc<Self>) {
+        if self.checking_loss.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("passthru-lost".to_string())
+            .spawn(move || {
+                me.check_after_loss();
+                me.checking_loss.store(false, Ordering::Release);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(device = %self.dev.name(), "cannot check a lost device: {e}");
+            self.checking_loss.store(false, Ordering::Release);
         }
     }
 }
