@@ -54,6 +54,11 @@ fn tcp_connection_inputs() {
 }
 
 #[test]
+fn tcp_pair_inputs() {
+    replay("tcp_pair", harness::tcp_pair::run);
+}
+
+#[test]
 fn tcp_transfer_inputs() {
     replay("tcp_transfer", harness::tcp_transfer::run);
 }
@@ -86,6 +91,7 @@ fn harness_smoke() {
         harness::tcp_framer::run(input);
         harness::tcp_connection::run(input);
         harness::tcp_transfer::run(input);
+        harness::tcp_pair::run(input);
         harness::connect::run(input);
         harness::dispatcher::run(input);
         harness::auth::run(input);

@@ -11,6 +11,7 @@ pub mod dispatcher;
 pub mod rig;
 pub mod tcp_connection;
 pub mod tcp_framer;
+pub mod tcp_pair;
 pub mod tcp_transfer;
 pub mod tls_stream;
 pub mod wire;
