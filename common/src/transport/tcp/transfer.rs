@@ -17,7 +17,8 @@
 //! A PDU that breaks these rules is a [`TransferError`]: the connection ends with a
 //! termination request carrying its Fatal Error Status and Information. Nothing here
 //! does I/O or touches a buffer: the drivers move the bytes, in the order these
-//! checks allow.
+//! checks allow. The per-PDU methods are `#[inline]`: they run in the drivers'
+//! crates, which are built without LTO.
 
 use crate::wire::tcp::{offset, term_fes};
 
@@ -74,6 +75,7 @@ pub struct R2tWindows {
 
 impl R2tWindows {
     /// Ready for a new command (keeps the windows' allocation).
+    #[inline]
     pub fn reset(&mut self) {
         self.next_r2t = 0;
         self.windows.clear();
@@ -82,6 +84,7 @@ impl R2tWindows {
     /// The next R2T for a command of `len` bytes, as (offset, length) of at most
     /// `maxh2cdata` bytes, recorded as outstanding; None once `limit` windows are
     /// outstanding or every byte was asked for.
+    #[inline]
     pub fn next_r2t(&mut self, len: u32, maxh2cdata: u32, limit: usize) -> Option<(u32, u32)> {
         if self.windows.len() >= limit || self.next_r2t >= len {
             return None;
@@ -104,11 +107,13 @@ impl R2tWindows {
 
     /// The outstanding window that data at `datao..end` continues (starts at its next
     /// expected offset and ends within it).
+    #[inline]
     fn window_of(&self, datao: u32, end: u32) -> Option<usize> {
         self.windows.iter().position(|w| w.0 == datao && end <= w.1)
     }
 
     /// Whether data at `datao..end` continues an outstanding window.
+    #[inline]
     pub fn continues_window(&self, datao: u32, end: u32) -> bool {
         self.window_of(datao, end).is_some()
     }
@@ -116,6 +121,7 @@ impl R2tWindows {
     /// Checks H2CData of command `cid` at `datao` carrying `datal` bytes against the
     /// outstanding windows and moves its window on. The caller has checked that the
     /// PDU's TTAG names this command.
+    #[inline]
     pub fn accept_h2c(&mut self, cid: u16, datao: u32, datal: u32) -> Result<(), TransferError> {
         if datal == 0 {
             return Err(TransferError::header_field(
@@ -143,11 +149,13 @@ impl R2tWindows {
     }
 
     /// No window is outstanding.
+    #[inline]
     pub fn drained(&self) -> bool {
         self.windows.is_empty()
     }
 
     /// Every byte of a command of `len` bytes was asked for and received.
+    #[inline]
     pub fn complete(&self, len: u32) -> bool {
         self.windows.is_empty() && self.next_r2t >= len
     }
@@ -192,6 +200,7 @@ pub struct HostTransfer {
 }
 
 impl HostTransfer {
+    #[inline]
     pub fn new(data: HostData, len: u32) -> Self {
         HostTransfer {
             data,
@@ -218,6 +227,7 @@ impl HostTransfer {
 
     /// The bytes moved so far in the direction that needs PDUs of its own (R2T'd
     /// write data, or read data), out of how many: (0, 0) when none do.
+    #[inline]
     pub fn moved(&self) -> (u32, u32) {
         match self.data {
             HostData::ByR2t => (self.r2t_end, self.len),
@@ -228,6 +238,7 @@ impl HostTransfer {
 
     /// Checks an R2T of command `cid` asking for `r2tl` bytes at `r2to` and records
     /// it. An R2T must ask for data the command has, after what was asked before.
+    #[inline]
     pub fn accept_r2t(&mut self, cid: u16, r2to: u32, r2tl: u32) -> Result<(), TransferError> {
         if self.data != HostData::ByR2t {
             return Err(TransferError::header_field(
@@ -267,6 +278,7 @@ impl HostTransfer {
 
     /// Whether C2HData of `datal` bytes at `datao` fits this command (a read, and
     /// inside its length).
+    #[inline]
     pub fn fits_c2h(&self, datao: u32, datal: usize) -> bool {
         self.data == HostData::FromController
             && (datao as usize)
@@ -275,6 +287,7 @@ impl HostTransfer {
     }
 
     /// Checks that command `cid` reads data (for C2HData whatever its data).
+    #[inline]
     pub fn expects_c2h(&self, cid: u16) -> Result<(), TransferError> {
         if self.data == HostData::FromController {
             Ok(())
@@ -288,6 +301,7 @@ impl HostTransfer {
 
     /// Checks C2HData of command `cid` at `datao` carrying `datal` bytes and records
     /// it. C2HData may come in any order, each inside the command's length.
+    #[inline]
     pub fn accept_c2h(&mut self, cid: u16, datao: u32, datal: usize) -> Result<(), TransferError> {
         self.expects_c2h(cid)?;
         let end = u64::from(datao) + datal as u64;
@@ -324,6 +338,7 @@ impl InPlace {
     /// already, go in place: the missing part when at least `min` bytes are missing or
     /// the PDU is already being received this way. The caller then checks that the
     /// PDU is one its handler would accept.
+    #[inline]
     pub fn wanted(&self, received: usize, len: usize, min: usize) -> Option<usize> {
         let missing = len.checked_sub(received)?;
         if missing == 0 || (missing < min && self.started.is_none()) {
@@ -334,12 +349,14 @@ impl InPlace {
 
     /// Bytes of the PDU went in place; `received` is what the framer held of its
     /// data before the first of them.
+    #[inline]
     pub fn placed(&mut self, received: usize) {
         self.started.get_or_insert(received);
     }
 
     /// A data PDU of `len` bytes is handled: how many of its data bytes the handler
     /// copies (all when it was not received in place). Remembers whether it was large.
+    #[inline]
     pub fn finish(&mut self, len: usize) -> usize {
         let started = self.started.take();
         self.large = started.is_some() && len >= DIRECT_MIN;
@@ -348,11 +365,13 @@ impl InPlace {
 
     /// The PDU was dropped (its digest failed, the connection ended): what went in
     /// place counts for nothing.
+    #[inline]
     pub fn abandon(&mut self) {
         self.started = None;
     }
 
     /// How much the next ordinary read takes, out of a buffer of `cap` bytes.
+    #[inline]
     pub fn read_len(&self, cap: usize) -> usize {
         if self.large {
             SMALL_RX.min(cap)
