@@ -606,19 +606,31 @@ fn reload_applies_the_difference_and_refuses_a_bad_configuration() {
     let mut bad = spec(p1);
     bad.transport = "fc".into();
     d.reload(vec![spec(p1), bad]);
-    let s = d.wait("the reload refused", |s| {
-        s.problems.iter().any(|p| p.contains("reload refused"))
-    });
-    assert!(
-        s.problems.iter().any(|p| p.contains("fc")),
-        "{:?}",
-        s.problems
-    );
+    let refused = |s: &Status| {
+        s.reload_refused
+            .as_ref()
+            .is_some_and(|r| r.contains("reload refused") && r.contains("fc"))
+    };
+    let s = d.wait("the reload refused", refused);
     assert_eq!(mapped(&s, A).len(), 2);
     assert_eq!(s.subsystems[A].paths.len(), 2);
+    // A walk that follows (B linked: the discovery notice) keeps showing the refusal.
+    change(
+        &t,
+        Op::LinkSubsystem {
+            portid: 1,
+            nqn: B.into(),
+        },
+    );
+    let s = d.wait("B mapped after the refusal", |s| !mapped(s, B).is_empty());
+    assert!(refused(&s), "{:?}", s.reload_refused);
     // No discovery controller left: everything is unmapped.
     d.reload(Vec::new());
-    d.wait("A unmapped", |s| !s.subsystems.contains_key(A));
+    let s = d.wait("A and B unmapped", |s| s.subsystems.is_empty());
+    assert_eq!(
+        s.reload_refused, None,
+        "a reload that applied clears the refusal"
+    );
     d.stop();
     drop(t);
 }

@@ -220,5 +220,8 @@ fn format_status(s: &Status) -> String {
     for p in &s.problems {
         let _ = writeln!(out, "problem: {p}");
     }
+    if let Some(r) = &s.reload_refused {
+        let _ = writeln!(out, "problem: {r}");
+    }
     out
 }

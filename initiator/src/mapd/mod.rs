@@ -152,13 +152,14 @@ pub fn run(
                         "discovery configuration reloaded"
                     );
                     d.apply(profiles, starts);
+                    d.board.set_reload_refused(None);
                     next_walk = Instant::now();
                 }
                 Err(e) => {
                     warn!("reload refused, the running configuration stays: {e}");
-                    d.board.set_problems(vec![format!(
+                    d.board.set_reload_refused(Some(format!(
                         "reload refused, the running configuration stays: {e}"
-                    )]);
+                    )));
                 }
             }
         }

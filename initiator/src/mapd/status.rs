@@ -75,6 +75,10 @@ pub struct Status {
     pub subsystems: BTreeMap<String, SubsystemStatus>,
     /// Problems of the last discovery walk, as a user reads them.
     pub problems: Vec<String>,
+    /// Why the last reload was refused, until a reload applies (the walks that
+    /// follow a refusal do not hide it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reload_refused: Option<String>,
 }
 
 /// The shared status board.
@@ -130,6 +134,11 @@ impl Board {
 
     pub fn set_problems(&self, problems: Vec<String>) {
         self.0.lock().problems = problems;
+    }
+
+    /// Records why a reload was refused (None: the last reload applied).
+    pub fn set_reload_refused(&self, why: Option<String>) {
+        self.0.lock().reload_refused = why;
     }
 }
 
