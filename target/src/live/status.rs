@@ -6,7 +6,7 @@ use crate::config::Config;
 
 use super::PortHooks;
 use crate::controller::Controller;
-use crate::runtime::watch::WatchView;
+use crate::runtime::stats::WatchView;
 use crate::runtime::GroupCounters;
 use crate::target::Target;
 

@@ -11,7 +11,20 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::stats::bump;
+// The single-writer counter helpers: here, below both the cells and the poll groups'
+// counters (runtime/stats.rs re-exports them), so neither imports the other for them.
+
+/// Adds `n` to a counter owned by the calling poll group.
+#[inline]
+pub fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Sets a gauge owned by the calling poll group.
+#[inline]
+pub fn set(a: &AtomicU64, v: u64) {
+    a.store(v, Ordering::Relaxed);
+}
 
 /// Opcode classes: NVM Read, NVM Write, everything else (admin, fabrics, flush...).
 pub const CLASS_READ: usize = 0;

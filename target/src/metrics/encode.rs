@@ -20,7 +20,8 @@ use nvmf_common::wire::status::Sct;
 
 use super::cell::{bucket_bound_seconds, ClassSnapshot, CLASSES, CLASS_NAMES, CLASS_READ};
 use super::cell::{CLASS_OTHER, CLASS_WRITE, ERROR_OVERFLOW};
-use super::{Event, Snapshot};
+use super::snapshot::Snapshot;
+use super::Event;
 
 /// Every family's name starts with this (`nvmf_commands_total`...).
 pub const PREFIX: &str = "nvmf";
@@ -410,7 +411,7 @@ impl SnapshotCollector {
         if self.0.qos.is_empty() {
             return Ok(());
         }
-        let ns_labels = |q: &super::QosRow| -> Labels {
+        let ns_labels = |q: &super::snapshot::QosRow| -> Labels {
             vec![
                 ("subsystem", q.subsystem.clone()),
                 ("nsid", q.nsid.to_string()),

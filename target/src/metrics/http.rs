@@ -2,7 +2,7 @@
 //!
 //! Ownership: one control-plane thread (`nvmf-metrics`) runs a current-thread tokio
 //! runtime with the listener and its connections; it reads the data path only through
-//! [`super::snapshot`]. Poll-group threads never see tokio. Dropping the
+//! [`super::snapshot::snapshot`]. Poll-group threads never see tokio. Dropping the
 //! [`MetricsServer`] stops the runtime and joins the thread.
 
 use std::convert::Infallible;
@@ -152,15 +152,17 @@ async fn respond(
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return Ok(r);
     }
-    Ok(match super::encode::encode(super::snapshot(&target)) {
-        Ok(text) => {
-            let mut r = Response::new(Full::new(Bytes::from(text)));
-            r.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static(super::encode::CONTENT_TYPE),
-            );
-            r
-        }
-        Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n"),
-    })
+    Ok(
+        match super::encode::encode(super::snapshot::snapshot(&target)) {
+            Ok(text) => {
+                let mut r = Response::new(Full::new(Bytes::from(text)));
+                r.headers_mut().insert(
+                    CONTENT_TYPE,
+                    HeaderValue::from_static(super::encode::CONTENT_TYPE),
+                );
+                r
+            }
+            Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n"),
+        },
+    )
 }

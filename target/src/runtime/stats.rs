@@ -1,11 +1,23 @@
-//! Poll-group counters, one set and one naming for every transport.
+//! Poll-group counters, one set and one naming for every transport, and what the
+//! group's command watch ([`super::watch`]) publishes: time per request state and the
+//! outstanding and stuck commands.
 //!
 //! Each counter is written by its poll group's thread only (a relaxed load and store,
 //! no read-modify-write on the data path) and read by anyone through
 //! [`GroupStats::snapshot`]. Counters that only one transport moves (R2Ts, doorbells)
 //! stay 0 on the other; `ctl status` prints them under the same names for both.
+//!
+//! These are data only: the metrics registry holds a group's [`GroupStats`], and the
+//! target holds the registry, so this file imports nothing of the runtime's logic.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::cell::{bucket_of, LAT_BUCKETS};
+// The single-writer counter helpers live with the metrics cells, which use them
+// too; the transports name them here.
+pub use crate::metrics::cell::{bump, set};
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident,)*) => {
@@ -15,10 +27,10 @@ macro_rules! counters {
         pub struct GroupStats {
             $($(#[$doc])* pub $name: AtomicU64,)*
             /// Time spent per request state.
-            pub states: super::watch::StateTimes,
+            pub states: StateTimes,
             /// Queues with outstanding commands and the stuck ones, published by the
             /// group's watch (a few times a second, never per I/O).
-            pub watch: parking_lot::Mutex<super::watch::WatchView>,
+            pub watch: parking_lot::Mutex<WatchView>,
         }
 
         /// A snapshot of [`GroupStats`] (or the sum over several groups).
@@ -133,14 +145,124 @@ pub fn mono_ns() -> u64 {
     }
 }
 
-/// Adds `n` to a counter owned by the calling poll group.
-#[inline]
-pub fn bump(a: &AtomicU64, n: u64) {
-    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+/// The states whose time is measured, in [`STATE_NAMES`] order.
+pub const WATCHED: usize = 4;
+/// Label values of the measured states.
+pub const STATE_NAMES: [&str; WATCHED] = [
+    "need_buffer",
+    "transferring_host_to_controller",
+    "executing",
+    "transferring_controller_to_host",
+];
+
+/// Time spent per request state: one latency histogram (the metrics' power-of-two
+/// microsecond buckets) and a sum per measured state. Written by its group only.
+#[derive(Debug, Default)]
+pub struct StateTimes {
+    buckets: [[AtomicU64; LAT_BUCKETS]; WATCHED],
+    sum_ns: [AtomicU64; WATCHED],
 }
 
-/// Sets a gauge owned by the calling poll group.
-#[inline]
-pub fn set(a: &AtomicU64, v: u64) {
-    a.store(v, Ordering::Relaxed);
+/// A snapshot of one state's histogram.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateHistogram {
+    pub state: String,
+    /// Per bucket (not cumulative).
+    pub buckets: Vec<u64>,
+    pub sum_ns: u64,
+}
+
+impl StateTimes {
+    /// `ns` spent in the measured state `i` (its index in [`STATE_NAMES`]; the watch
+    /// maps request states to it, so this file needs no request type).
+    #[inline]
+    pub fn record(&self, i: usize, ns: u64) {
+        let Some(b) = self.buckets.get(i) else {
+            return;
+        };
+        // Most transitions happen in the pass the state began (the pass clock has not
+        // moved): the first bucket, nothing to add to the sum.
+        if ns == 0 {
+            if let Some(b0) = b.first() {
+                bump(b0, 1);
+            }
+            return;
+        }
+        if let (Some(b), Some(s)) = (b.get(bucket_of(ns)), self.sum_ns.get(i)) {
+            bump(b, 1);
+            bump(s, ns);
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<StateHistogram> {
+        STATE_NAMES
+            .iter()
+            .zip(self.buckets.iter().zip(&self.sum_ns))
+            .map(|(name, (b, s))| StateHistogram {
+                state: (*name).to_string(),
+                buckets: b.iter().map(|x| x.load(Ordering::Relaxed)).collect(),
+                sum_ns: s.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+/// One queue with outstanding commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueAge {
+    pub group: String,
+    pub subsystem: String,
+    pub host: String,
+    pub cntlid: u16,
+    pub qid: u16,
+    /// The queue ended; commands of it still wait for the backend.
+    pub ended: bool,
+    pub outstanding: usize,
+    pub oldest_ms: u64,
+}
+
+/// A command outstanding longer than the bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StuckCommand {
+    pub group: String,
+    pub subsystem: String,
+    pub host: String,
+    pub cntlid: u16,
+    pub qid: u16,
+    pub cid: u16,
+    pub opcode: u8,
+    pub nsid: u32,
+    pub state: String,
+    /// Time in its current state.
+    pub state_ms: u64,
+    /// Time since its capsule arrived.
+    pub age_ms: u64,
+    pub waiting_for: String,
+}
+
+/// What a group's last sweep saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchView {
+    pub queues: Vec<QueueAge>,
+    pub stuck: Vec<StuckCommand>,
+}
+
+impl std::fmt::Display for StuckCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "subsystem {} host {} cntlid {} qid {} cid {:#06x} opcode {:#04x} nsid {}: {} for {} ms (outstanding {} ms), waiting for {}",
+            self.subsystem,
+            self.host,
+            self.cntlid,
+            self.qid,
+            self.cid,
+            self.opcode,
+            self.nsid,
+            self.state,
+            self.state_ms,
+            self.age_ms,
+            self.waiting_for
+        )
+    }
 }

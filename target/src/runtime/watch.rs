@@ -16,31 +16,21 @@
 //! by design) and are left out. Queues that ended with backend I/O still in flight are
 //! watched too: a backend that never completes shows there.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use serde::{Deserialize, Serialize};
 use tracing::warn;
 
 use super::group::Runtime;
 use super::request::{ReqState, Slot};
-use super::stats::{bump, set};
+use super::stats::{bump, set, QueueAge, StateTimes, StuckCommand, WatchView, STATE_NAMES};
 use super::Transport;
-use crate::metrics::cell::{bucket_of, LAT_BUCKETS};
 
 /// How often the sweep runs (its resolution; the bound is far larger).
 pub const WATCH_PERIOD_NS: u64 = 250_000_000;
 const NS_PER_MS: u64 = 1_000_000;
 
-/// The states whose time is measured, in [`STATE_NAMES`] order.
-const WATCHED: usize = 4;
-/// Label values of the measured states.
-pub const STATE_NAMES: [&str; WATCHED] = [
-    "need_buffer",
-    "transferring_host_to_controller",
-    "executing",
-    "transferring_controller_to_host",
-];
-
+/// The index in [`STATE_NAMES`] of a measured state.
+#[inline]
 fn watched_index(s: ReqState) -> Option<usize> {
     match s {
         ReqState::NeedBuffer => Some(0),
@@ -51,126 +41,15 @@ fn watched_index(s: ReqState) -> Option<usize> {
     }
 }
 
-/// Time spent per request state: one latency histogram (the metrics' power-of-two
-/// microsecond buckets) and a sum per measured state. Written by its group only.
-#[derive(Debug, Default)]
-pub struct StateTimes {
-    buckets: [[AtomicU64; LAT_BUCKETS]; WATCHED],
-    sum_ns: [AtomicU64; WATCHED],
-}
-
-/// A snapshot of one state's histogram.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateHistogram {
-    pub state: String,
-    /// Per bucket (not cumulative).
-    pub buckets: Vec<u64>,
-    pub sum_ns: u64,
-}
-
-impl StateTimes {
-    /// `ns` spent in `state` (states that are not measured are ignored).
-    #[inline]
-    pub fn record(&self, state: ReqState, ns: u64) {
-        let Some(i) = watched_index(state) else {
-            return;
-        };
-        let Some(b) = self.buckets.get(i) else {
-            return;
-        };
-        // Most transitions happen in the pass the state began (the pass clock has not
-        // moved): the first bucket, nothing to add to the sum.
-        if ns == 0 {
-            if let Some(b0) = b.first() {
-                bump(b0, 1);
-            }
-            return;
-        }
-        if let (Some(b), Some(s)) = (b.get(bucket_of(ns)), self.sum_ns.get(i)) {
-            bump(b, 1);
-            bump(s, ns);
-        }
-    }
-
-    pub fn snapshot(&self) -> Vec<StateHistogram> {
-        STATE_NAMES
-            .iter()
-            .zip(self.buckets.iter().zip(&self.sum_ns))
-            .map(|(name, (b, s))| StateHistogram {
-                state: (*name).to_string(),
-                buckets: b.iter().map(|x| x.load(Ordering::Relaxed)).collect(),
-                sum_ns: s.load(Ordering::Relaxed),
-            })
-            .collect()
-    }
-}
-
 /// Moves `slot` to `state` at `now` (ns), charging the time in the state it leaves.
 #[inline]
 pub fn enter<S>(slot: &mut Slot<S>, state: ReqState, now: u64, times: &StateTimes) {
-    times.record(slot.state, now.saturating_sub(slot.since));
+    // States that are not measured are not recorded.
+    if let Some(i) = watched_index(slot.state) {
+        times.record(i, now.saturating_sub(slot.since));
+    }
     slot.state = state;
     slot.since = now;
-}
-
-/// One queue with outstanding commands.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueAge {
-    pub group: String,
-    pub subsystem: String,
-    pub host: String,
-    pub cntlid: u16,
-    pub qid: u16,
-    /// The queue ended; commands of it still wait for the backend.
-    pub ended: bool,
-    pub outstanding: usize,
-    pub oldest_ms: u64,
-}
-
-/// A command outstanding longer than the bound.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StuckCommand {
-    pub group: String,
-    pub subsystem: String,
-    pub host: String,
-    pub cntlid: u16,
-    pub qid: u16,
-    pub cid: u16,
-    pub opcode: u8,
-    pub nsid: u32,
-    pub state: String,
-    /// Time in its current state.
-    pub state_ms: u64,
-    /// Time since its capsule arrived.
-    pub age_ms: u64,
-    pub waiting_for: String,
-}
-
-/// What a group's last sweep saw.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WatchView {
-    pub queues: Vec<QueueAge>,
-    pub stuck: Vec<StuckCommand>,
-}
-
-impl std::fmt::Display for StuckCommand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "subsystem {} host {} cntlid {} qid {} cid {:#06x} opcode {:#04x} nsid {}: {} for {} ms (outstanding {} ms), waiting for {}",
-            self.subsystem,
-            self.host,
-            self.cntlid,
-            self.qid,
-            self.cid,
-            self.opcode,
-            self.nsid,
-            self.state,
-            self.state_ms,
-            self.age_ms,
-            self.waiting_for
-        )
-    }
 }
 
 fn state_name(s: ReqState) -> &'static str {
