@@ -256,7 +256,10 @@ fn on_ctrl_event(p: &mut Pair, ev: Event<'_>) -> Next {
             let Some(c) = p.cmds.get_mut(usize::from(cid)) else {
                 return Next::Close;
             };
-            if c.arrived || len != Some(c.len) || write != c.write {
+            // In-capsule data must be exactly what SGL1 says (the core refuses the
+            // command otherwise).
+            let icd_ok = data.is_empty() || Some(data.len() as u32) == len;
+            if c.arrived || len != Some(c.len) || write != c.write || !icd_ok {
                 // A corrupted capsule the framer could not tell: the target's core
                 // would refuse the command; here it ends the run.
                 return Next::Close;
