@@ -28,41 +28,9 @@ use nvmf_common::wire::nvm;
 use nvmf_common::wire::sqe::fuse;
 use nvmf_common::wire::status::{generic, Status};
 
-use super::request::{queue_at, Queue, ReqState};
-use super::watch;
+use super::queue::{self, queue_at, FuseLink, OpenFused, Queue, ReqState};
 use super::{Runtime, Transport};
 use crate::core;
-
-/// A slot's part in a fused operation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum FuseLink {
-    #[default]
-    None,
-    /// The Compare: its Write's slot once that arrived; `compared` once it matched;
-    /// `atomic` when the backend runs the pair as one operation (the Write is then
-    /// done when the Compare is).
-    First {
-        second: Option<u16>,
-        compared: bool,
-        atomic: bool,
-    },
-    /// The Write: its Compare's slot.
-    Second { first: u16 },
-    /// Its other half failed or never came: it completes with the status it was given
-    /// as soon as it may (at once if it was waiting).
-    Orphan,
-}
-
-/// Whether the previous command of a queue opened a fused operation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) enum OpenFused {
-    #[default]
-    None,
-    /// A first half, waiting for its second in the next entry.
-    Waiting(u16),
-    /// A first half that was refused: the second half is aborted with it.
-    Failed,
-}
 
 fn aborted_failed() -> Status {
     Status::generic_retryable(generic::ABORTED_FUSED_FAIL)
@@ -191,7 +159,7 @@ impl<T: Transport> Runtime<T> {
             slot.fuse = FuseLink::None;
             return self.complete(t, qi, si);
         }
-        watch::enter(slot, ReqState::Held, now, &self.stats.states);
+        queue::enter(slot, ReqState::Held, now, &self.stats.states);
         let (first, second) = match link {
             FuseLink::First {
                 second: Some(s), ..
@@ -265,7 +233,7 @@ impl<T: Transport> Runtime<T> {
                 compared: true,
                 atomic: false,
             };
-            watch::enter(f, ReqState::Held, now, &self.stats.states);
+            queue::enter(f, ReqState::Held, now, &self.stats.states);
             if let Some(s) = q.slots.get_mut(usize::from(second)) {
                 s.lock = lock;
             }
@@ -322,7 +290,7 @@ impl<T: Transport> Runtime<T> {
         // The Write's data is in the backend's hands from now on: its slot counts as
         // executing, so a queue torn down meanwhile keeps its buffer until it is done.
         if let Some(s) = q.slots.get_mut(usize::from(second)) {
-            watch::enter(s, ReqState::Executing, now, &self.stats.states);
+            queue::enter(s, ReqState::Executing, now, &self.stats.states);
         }
         let Some(f) = q.slots.get_mut(usize::from(first)) else {
             return;
@@ -332,7 +300,7 @@ impl<T: Transport> Runtime<T> {
             compared: false,
             atomic: true,
         };
-        watch::enter(f, ReqState::Executing, now, &self.stats.states);
+        queue::enter(f, ReqState::Executing, now, &self.stats.states);
         if core::compare_and_write(&mut self.ex, &mut f.req, atomic, tg) != core::Outcome::Pending {
             self.finished(t, qi, first);
         }
@@ -486,7 +454,7 @@ impl<T: Transport> Runtime<T> {
         if !self.target.locks.blocks(&extent, None) {
             return false;
         }
-        watch::enter(slot, ReqState::Held, now, &self.stats.states);
+        queue::enter(slot, ReqState::Held, now, &self.stats.states);
         if self.lock_waiters.is_empty() {
             self.lock_gen = table_gen;
         }

@@ -34,7 +34,7 @@ use crate::config::PollMode;
 
 use super::mailbox::{GroupHandle, Inbox};
 use super::pool::BufferPool;
-use super::request::{Queue, ReqState};
+use super::queue::{Queue, ReqState};
 use super::stats::{self, bump, GroupStats};
 use super::Transport;
 use crate::core::ExecCtx;
@@ -55,6 +55,9 @@ pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 pub const BACKEND_DRAIN: Duration = Duration::from_secs(10);
 /// Pause between polls while draining.
 const DRAIN_POLL: Duration = Duration::from_micros(100);
+/// How often the command watch's sweep runs ([`super::watch`]: its resolution; the
+/// bound is far larger).
+pub const WATCH_PERIOD_NS: u64 = 250_000_000;
 /// Epoll events taken per wait.
 const EPOLL_BATCH: usize = 64;
 /// Epoll token of the hand-over eventfd. Transports use tokens below 2^48.
@@ -66,6 +69,19 @@ const BACKEND_FD_MASK: u64 = 0xFFFF_FFFF;
 
 /// The handle of a group of transport `T`.
 pub type Handle<T> = GroupHandle<<T as Transport>::NewQueue, <T as Transport>::Shared>;
+
+/// When the held commands are next retried, and the retry pass's buffers (kept, so a
+/// pass allocates nothing). The QoS throttle ([`super::throttle`]) uses it; it is here,
+/// with the runtime that holds it, so this file does not import the throttle.
+#[derive(Default)]
+pub(crate) struct HeldPass {
+    /// Monotonic time (ns) before which a pass does not retry (0: at once).
+    pub(super) retry_at: u64,
+    /// Slots that go on, of the queue being retried.
+    pub(super) go: Vec<u16>,
+    /// Namespaces whose first held command could not go, in the queue being retried.
+    pub(super) blocked: Vec<u32>,
+}
 
 /// Everything transport-neutral a poll group owns: its queues and their request
 /// slots, the data buffer pool, the backend channels ([`ExecCtx`]), the epoll set,
@@ -88,7 +104,7 @@ pub struct Runtime<T: Transport> {
     /// Queues holding commands for QoS: (queue, generation) ([`super::throttle`]).
     pub(super) held_queues: Vec<(u16, u16)>,
     /// When held commands are next retried, and the retry pass's buffers.
-    pub(super) held_pass: super::throttle::HeldPass,
+    pub(super) held_pass: HeldPass,
     /// The group's QoS budgets per limited namespace.
     pub(super) qos: crate::qos::QosGroup,
     /// This group's id in the target's range-lock table ([`crate::locks`]).
@@ -434,7 +450,7 @@ impl<T: Transport> Runtime<T> {
             self.qos.rebalance(self.now_ns);
         }
         if self.now_ns >= self.next_watch_ns {
-            self.next_watch_ns = self.now_ns.saturating_add(super::watch::WATCH_PERIOD_NS);
+            self.next_watch_ns = self.now_ns.saturating_add(WATCH_PERIOD_NS);
             self.watch(self.now_ns);
         }
     }

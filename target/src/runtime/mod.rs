@@ -37,6 +37,7 @@ pub mod groups;
 pub mod mailbox;
 pub mod pool;
 pub mod ports;
+pub mod queue;
 pub mod request;
 pub mod sgl;
 pub mod stats;
@@ -47,13 +48,12 @@ use std::time::Instant;
 
 use nix::sys::epoll::EpollFlags;
 
-pub use fused::FuseLink;
 pub use group::{spawn, Runtime};
 pub use groups::PollGroups;
 pub use mailbox::GroupHandle;
 pub use pool::{BufferPool, PoolBuf};
 pub use ports::{PortError, PortServer};
-pub use request::{InCapsule, Queue, ReqState, Slot};
+pub use queue::{FuseLink, InCapsule, Queue, ReqState, Slot};
 pub use sgl::{HostData, SglCarrier};
 pub use stats::{GroupCounters, GroupStats};
 

@@ -1,4 +1,5 @@
-//! One request life cycle for every fabric, and the queues and slots it runs in.
+//! One request life cycle for every fabric, on the queues and slots of
+//! [`super::queue`].
 //!
 //! A queue has one slot per submission queue entry. A slot moves through
 //! [`ReqState`] (named after SPDK's `spdk_nvmf_*_req_state`):
@@ -26,158 +27,24 @@ use nvmf_common::wire::sqe::{self, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_verbs::DmaBuffer;
 
-use super::fused::{self, FuseLink, OpenFused};
+use super::fused;
 use super::group::Runtime;
+use super::queue::{self, queue_at, FuseLink, InCapsule, OpenFused, Queue, ReqState, Slot};
 use super::sgl::{self, HostData};
 use super::stats::{self, bump};
-use super::watch;
 use super::{tag, tag_parts, PoolBuf, Transport};
 use crate::backend::DmaSlice;
 use crate::core::{self, DataDir, Outcome, QueueCtx, Request};
-use crate::metrics::cell::{IoCell, CLASS_OTHER, CLASS_READ, CLASS_WRITE};
+use crate::metrics::cell::{CLASS_OTHER, CLASS_READ, CLASS_WRITE};
 use nvmf_common::wire::{admin, nvm};
 
 /// Nanoseconds per millisecond (command ages are kept in ms).
 const NS_PER_MS: u64 = 1_000_000;
 
-/// Where a command is in its life cycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReqState {
-    /// Ready for a new command.
-    Free,
-    /// A capsule arrived; being decoded and parsed.
-    New,
-    /// Waiting for a data buffer from the pool.
-    NeedBuffer,
-    /// Host data on its way (R2T/H2CData, RDMA READ).
-    TransferringHostToController,
-    /// Running; backend I/O in flight.
-    Executing,
-    /// An Asynchronous Event Request waiting for an event.
-    Held,
-    /// Waiting for its namespace's QoS budget, or behind a command of its queue that
-    /// does ([`super::throttle`]).
-    Throttled,
-    /// Data and response handed to the transport; waiting for it to finish.
-    TransferringControllerToHost,
-}
-
-/// One command slot: the transport-neutral request and the transport's part.
-pub struct Slot<S> {
-    pub state: ReqState,
-    pub req: Request,
-    /// Where the host's data is, per SGL1.
-    pub host: HostData,
-    /// The pool buffer holding the command's data.
-    pub buf: Option<PoolBuf>,
-    /// When the capsule arrived (the pass's clock, [`super::stats::mono_ns`]): the start
-    /// of its latency.
-    pub start: u64,
-    /// When it entered its current state (same clock; [`super::watch`]).
-    pub since: u64,
-    /// Reported as stuck already (once per command).
-    pub reported: bool,
-    /// Counted as held by its namespace's QoS state ([`super::throttle`]).
-    pub qos_held: bool,
-    /// Its part in a fused Compare and Write ([`super::fused`]).
-    pub fuse: FuseLink,
-    /// The range lock it holds or waits for ([`crate::locks`]).
-    pub lock: Option<crate::locks::LockId>,
-    pub t: S,
-}
-
-impl<S: Default> Slot<S> {
-    fn new() -> Self {
-        Slot {
-            state: ReqState::Free,
-            req: Request::new(),
-            host: HostData::None,
-            buf: None,
-            start: 0,
-            since: 0,
-            reported: false,
-            qos_held: false,
-            fuse: FuseLink::None,
-            lock: None,
-            t: S::default(),
-        }
-    }
-}
-
-/// One queue of a poll group.
-pub struct Queue<T: Transport> {
-    pub gen: u16,
-    pub ctx: QueueCtx,
-    pub slots: Vec<Slot<T::Slot>>,
-    /// The Connect succeeded and the queue was installed.
-    pub connected: bool,
-    pub dead: bool,
-    /// In-capsule data copied out of the transport's receive buffer (NVMe/TCP),
-    /// `icd_slot` bytes per slot, allocated on first use.
-    icd: Option<Arc<DmaBuffer>>,
-    /// Metrics cells of this queue's controller, per namespace instance (0: commands
-    /// without a namespace); found once, then used without a lock.
-    cells: Vec<(u64, Arc<IoCell>)>,
-    /// Commands held for QoS, in arrival order: once one waits, every later command
-    /// of the queue waits behind it (never reordered).
-    pub(super) held: std::collections::VecDeque<u16>,
-    /// `held` may hold commands of more than one namespace (false: one at most, so
-    /// when its first cannot go, none can).
-    pub(super) held_mixed: bool,
-    /// A fused first half waiting for its second ([`super::fused`]).
-    pub(super) open_fused: OpenFused,
-    pub t: T::Queue,
-}
-
-impl<T: Transport> Queue<T> {
-    fn in_flight(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| match s.state {
-                ReqState::Executing => true,
-                ReqState::TransferringHostToController | ReqState::TransferringControllerToHost => {
-                    T::TRANSFERS_SETTLE_AFTER_CLOSE
-                }
-                _ => false,
-            })
-            .count()
-    }
-}
-
-/// In-capsule data as the transport received it.
-pub enum InCapsule<'a> {
-    /// Bytes in a receive buffer the transport reuses: copied into the queue's
-    /// in-capsule buffer.
-    Bytes(&'a [u8]),
-    /// In the queue's registered receive buffer ([`Transport::in_capsule_buffer`]),
-    /// which stays put until the slot is recycled: used in place. The buffer is named,
-    /// not cloned, so a command without in-capsule data touches no reference count the
-    /// fabric's receive path reads.
-    Registered { offset: usize, len: usize },
-}
-
-impl InCapsule<'_> {
-    fn len(&self) -> usize {
-        match self {
-            InCapsule::Bytes(b) => b.len(),
-            InCapsule::Registered { len, .. } => *len,
-        }
-    }
-}
-
-/// Queue `qi` of `queues` (a field-level borrow, so the runtime's other fields stay
-/// usable beside it).
-pub(super) fn queue_at<T: Transport>(
-    queues: &mut [Option<Queue<T>>],
-    qi: u16,
-) -> Option<&mut Queue<T>> {
-    queues.get_mut(usize::from(qi)).and_then(Option::as_mut)
-}
-
 impl<T: Transport> Runtime<T> {
     /// Adds a queue with `slots` command slots; returns its index.
     pub fn add_queue(&mut self, ctx: QueueCtx, slots: u16, tq: T::Queue) -> Option<u16> {
-        let gen = self.next_gen();
+        let gen = self.take_gen();
         let q = Queue {
             gen,
             ctx,
@@ -405,7 +272,7 @@ impl<T: Transport> Runtime<T> {
         if slot.req.plan.len == 0 || slot.req.data.is_some() {
             return self.execute(t, qi, si);
         }
-        watch::enter(slot, ReqState::NeedBuffer, now, &self.stats.states);
+        queue::enter(slot, ReqState::NeedBuffer, now, &self.stats.states);
         if self.waiters.is_empty() {
             self.start_data(t, qi, si);
         } else {
@@ -434,7 +301,7 @@ impl<T: Transport> Runtime<T> {
                 return self.complete(t, qi, si);
             }
             if slot.state != ReqState::NeedBuffer {
-                watch::enter(slot, ReqState::NeedBuffer, self.now_ns, &self.stats.states);
+                queue::enter(slot, ReqState::NeedBuffer, self.now_ns, &self.stats.states);
             }
             self.waiters.push_back((qi, gen, si));
             return;
@@ -447,7 +314,7 @@ impl<T: Transport> Runtime<T> {
         } else {
             ReqState::Executing
         };
-        watch::enter(slot, next, self.now_ns, &self.stats.states);
+        queue::enter(slot, next, self.now_ns, &self.stats.states);
         if next == ReqState::TransferringHostToController {
             t.fetch_data(self, qi, si);
         } else {
@@ -527,7 +394,7 @@ impl<T: Transport> Runtime<T> {
         if gate && (slot.fuse != FuseLink::None || self.target.locks.active()) {
             return self.gated(t, qi, si);
         }
-        watch::enter(slot, ReqState::Executing, self.now_ns, &self.stats.states);
+        queue::enter(slot, ReqState::Executing, self.now_ns, &self.stats.states);
         match core::execute(&mut q.ctx, &mut self.ex, &mut slot.req, tg) {
             Outcome::Done => {
                 let connected_now = !was_connected && q.ctx.ctrl.is_some();
@@ -541,7 +408,7 @@ impl<T: Transport> Runtime<T> {
                 }
             }
             Outcome::Pending => {}
-            Outcome::Held => watch::enter(slot, ReqState::Held, self.now_ns, &self.stats.states),
+            Outcome::Held => queue::enter(slot, ReqState::Held, self.now_ns, &self.stats.states),
         }
     }
 
@@ -629,7 +496,7 @@ impl<T: Transport> Runtime<T> {
         } else {
             slot
         };
-        watch::enter(
+        queue::enter(
             slot,
             ReqState::TransferringControllerToHost,
             self.now_ns,
@@ -746,7 +613,7 @@ impl<T: Transport> Runtime<T> {
         if slot.state == ReqState::Free {
             return;
         }
-        watch::enter(slot, ReqState::Free, self.now_ns, &self.stats.states);
+        queue::enter(slot, ReqState::Free, self.now_ns, &self.stats.states);
         if !dead {
             t.recycle(self, qi, si);
         }
@@ -838,7 +705,7 @@ impl<T: Transport> Runtime<T> {
         stats::set(&self.stats.buffers_in_use, self.pool.in_use() as u64);
     }
 
-    fn next_gen(&mut self) -> u16 {
+    fn take_gen(&mut self) -> u16 {
         let g = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
         g

@@ -18,8 +18,7 @@
 //! within the drain.
 
 use super::group::Runtime;
-use super::request::{queue_at, ReqState};
-use super::watch;
+use super::queue::{self, queue_at, ReqState};
 use super::Transport;
 use crate::core::Request;
 use crate::qos::{Cost, IoClass};
@@ -27,18 +26,6 @@ use nvmf_common::wire::nvm;
 
 /// The shortest time between two retries of the held commands.
 pub(super) const HELD_RETRY_NS: u64 = 100_000;
-
-/// When the held commands are next retried, and the retry pass's buffers (kept, so a
-/// pass allocates nothing).
-#[derive(Default)]
-pub(crate) struct HeldPass {
-    /// Monotonic time (ns) before which a pass does not retry (0: at once).
-    retry_at: u64,
-    /// Slots that go on, of the queue being retried.
-    go: Vec<u16>,
-    /// Namespaces whose first held command could not go, in the queue being retried.
-    blocked: Vec<u32>,
-}
 
 /// What a retry pass does with one held command.
 enum Fate {
@@ -112,7 +99,7 @@ impl<T: Transport> Runtime<T> {
             return;
         };
         slot.qos_held = state.is_some();
-        watch::enter(slot, ReqState::Throttled, now, &self.stats.states);
+        queue::enter(slot, ReqState::Throttled, now, &self.stats.states);
         q.held.push_back(si);
         q.held_mixed |= joins_others;
         if was_empty {

@@ -21,36 +21,11 @@ use std::sync::atomic::Ordering;
 use tracing::warn;
 
 use super::group::Runtime;
-use super::request::{ReqState, Slot};
-use super::stats::{bump, set, QueueAge, StateTimes, StuckCommand, WatchView, STATE_NAMES};
+use super::queue::{watched_index, ReqState};
+use super::stats::{bump, set, QueueAge, StuckCommand, WatchView, STATE_NAMES};
 use super::Transport;
 
-/// How often the sweep runs (its resolution; the bound is far larger).
-pub const WATCH_PERIOD_NS: u64 = 250_000_000;
 const NS_PER_MS: u64 = 1_000_000;
-
-/// The index in [`STATE_NAMES`] of a measured state.
-#[inline]
-fn watched_index(s: ReqState) -> Option<usize> {
-    match s {
-        ReqState::NeedBuffer => Some(0),
-        ReqState::TransferringHostToController => Some(1),
-        ReqState::Executing => Some(2),
-        ReqState::TransferringControllerToHost => Some(3),
-        ReqState::Free | ReqState::New | ReqState::Held | ReqState::Throttled => None,
-    }
-}
-
-/// Moves `slot` to `state` at `now` (ns), charging the time in the state it leaves.
-#[inline]
-pub fn enter<S>(slot: &mut Slot<S>, state: ReqState, now: u64, times: &StateTimes) {
-    // States that are not measured are not recorded.
-    if let Some(i) = watched_index(slot.state) {
-        times.record(i, now.saturating_sub(slot.since));
-    }
-    slot.state = state;
-    slot.since = now;
-}
 
 fn state_name(s: ReqState) -> &'static str {
     watched_index(s)
