@@ -13,6 +13,8 @@
 //!   buffer (waiting in arrival order when the pool is empty) → host data → execute →
 //!   held (AER) or backend I/O → response → slot recycled. Connect installs the queue
 //!   (qid, size, SQ flow control) here, not in a transport.
+//! - [`queue`]: the queues and command slots all of these work on, and the step that
+//!   moves a slot to a new state.
 //! - [`watch`]: where each outstanding command is and since when; stuck commands
 //!   (older than `transport.stuck_command_ms`) logged once, listed and counted.
 //! - [`pool`]: the data buffer arena (a buddy allocator), [`stats`]: one set of
