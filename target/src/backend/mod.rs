@@ -18,6 +18,7 @@ pub mod provision;
 pub mod ram;
 #[cfg(feature = "rbd")]
 pub mod rbd;
+pub(crate) mod ring_drain;
 pub mod spec;
 
 use std::os::fd::RawFd;

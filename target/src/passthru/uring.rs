@@ -22,6 +22,7 @@ use nvmf_common::wire::sqe::{Sqe, SQE_LEN};
 use nvmf_common::wire::status::Status;
 
 use super::device::{opcode_moves_from_device, opcode_moves_to_device, DeviceError};
+use crate::backend::ring_drain::wait_in_flight;
 use crate::backend::{
     BackendError, CqeResult, DmaSlice, IoChannel, IoCompletion, IoOp, PassthruCmd,
 };
@@ -326,25 +327,13 @@ impl IoChannel for UringChannel {
 
 impl Drop for UringChannel {
     fn drop(&mut self) {
+        // Never pushed: the kernel has not seen these.
         self.queued.clear();
-        while self.in_kernel > 0 {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => {
-                    // The kernel may still use the buffers: leak them rather than
-                    // free memory it could write.
-                    tracing::error!(path = %self.path.display(), error = %e, "cannot wait for passthru commands in flight; leaking their buffers");
-                    std::mem::forget(std::mem::take(&mut self.slots));
-                    return;
-                }
-            }
-            let n = self.ring.completion().count();
-            self.in_kernel = self.in_kernel.saturating_sub(n);
+        if let Err(e) = wait_in_flight(&mut self.ring, &mut self.in_kernel) {
+            // The kernel may still use the buffers: leak them rather than free memory
+            // it could write.
+            tracing::error!(path = %self.path.display(), error = %e, in_flight = self.in_kernel, "cannot wait for passthru commands in flight; leaking their buffers");
+            std::mem::forget(std::mem::take(&mut self.slots));
         }
     }
 }

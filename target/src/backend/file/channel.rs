@@ -15,6 +15,7 @@ use super::{
     Shared, BUFFERED_IDX, DIRECT_IDX, MAX_IO, MAX_RETRIES, RING_ENTRIES, ZERO_CHUNK, ZERO_PUNCH,
     ZERO_RANGE, ZERO_WRITE,
 };
+use crate::backend::ring_drain::wait_in_flight;
 use crate::backend::{BackendError, CqeResult, DmaSlice, IoChannel, IoCompletion, IoOp};
 
 /// Counters of one channel.
@@ -46,6 +47,28 @@ struct Rw {
     need_sync: bool,
     /// The fdatasync of a FUA write is in flight.
     syncing: bool,
+}
+
+impl Rw {
+    /// A transfer of `buf` at `offset` not started yet; its buffer must be mappable
+    /// (a submission never carries an address the kernel would fault on).
+    fn new(offset: u64, buf: DmaSlice, write: bool, fua: bool) -> Result<Rw, BackendError> {
+        buf.buf
+            .ptr_at(buf.offset, buf.len)
+            .ok_or(BackendError::Io(libc::EFAULT))?;
+        Ok(Rw {
+            offset,
+            buf,
+            write,
+            fua,
+            done: 0,
+            allow_direct: true,
+            used_direct: false,
+            used_dsync: false,
+            need_sync: false,
+            syncing: false,
+        })
+    }
 }
 
 /// Write Zeroes or Deallocate in progress.
@@ -445,40 +468,8 @@ impl IoChannel for FileChannel {
         op.check_range(self.shared.size_bytes)?;
         let op = match op {
             IoOp::Read { buf, .. } | IoOp::Write { buf, .. } if buf.len == 0 => Op::Nop(Ok(())),
-            IoOp::Read { offset, buf } => {
-                buf.buf
-                    .ptr_at(buf.offset, buf.len)
-                    .ok_or(BackendError::Io(libc::EFAULT))?;
-                Op::Rw(Rw {
-                    offset,
-                    buf,
-                    write: false,
-                    fua: false,
-                    done: 0,
-                    allow_direct: true,
-                    used_direct: false,
-                    used_dsync: false,
-                    need_sync: false,
-                    syncing: false,
-                })
-            }
-            IoOp::Write { offset, buf, fua } => {
-                buf.buf
-                    .ptr_at(buf.offset, buf.len)
-                    .ok_or(BackendError::Io(libc::EFAULT))?;
-                Op::Rw(Rw {
-                    offset,
-                    buf,
-                    write: true,
-                    fua,
-                    done: 0,
-                    allow_direct: true,
-                    used_direct: false,
-                    used_dsync: false,
-                    need_sync: false,
-                    syncing: false,
-                })
-            }
+            IoOp::Read { offset, buf } => Op::Rw(Rw::new(offset, buf, false, false)?),
+            IoOp::Write { offset, buf, fua } => Op::Rw(Rw::new(offset, buf, true, fua)?),
             IoOp::Flush => Op::Flush,
             IoOp::WriteZeroes { len: 0, .. } | IoOp::Deallocate { len: 0, .. } => Op::Nop(Ok(())),
             IoOp::WriteZeroes { offset, len } => Op::Zero(Zero {
@@ -563,25 +554,12 @@ impl Drop for FileChannel {
     fn drop(&mut self) {
         // Never pushed: the kernel has not seen these.
         self.queued.clear();
-        while self.in_kernel > 0 {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => {
-                    // The kernel may still use the buffers: leak them rather than free
-                    // memory it could write.
-                    tracing::error!(path = %self.shared.path.display(), error = %e, in_flight = self.in_kernel, "cannot wait for in-flight I/O; leaking its buffers");
-                    std::mem::forget(std::mem::take(&mut self.slab));
-                    std::mem::forget(self.shared.clone());
-                    return;
-                }
-            }
-            let n = self.ring.completion().count();
-            self.in_kernel = self.in_kernel.saturating_sub(n);
+        if let Err(e) = wait_in_flight(&mut self.ring, &mut self.in_kernel) {
+            // The kernel may still use the buffers: leak them rather than free memory
+            // it could write.
+            tracing::error!(path = %self.shared.path.display(), error = %e, in_flight = self.in_kernel, "cannot wait for in-flight I/O; leaking its buffers");
+            std::mem::forget(std::mem::take(&mut self.slab));
+            std::mem::forget(self.shared.clone());
         }
     }
 }
