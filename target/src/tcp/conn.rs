@@ -25,7 +25,7 @@ use nvmf_common::wire::tcp::{
 };
 
 use super::direct;
-use super::poll_group::TcpTransport;
+use super::transport::TcpTransport;
 use super::tx::{PoolData, TxQueue, ZERO_COPY_MIN};
 use crate::backend::DmaSlice;
 use crate::core::DataDir;

@@ -17,7 +17,7 @@
 pub(super) use nvmf_common::transport::tcp::DIRECT_MIN;
 use nvmf_common::transport::tcp::{Connection, DataProgress};
 
-use super::poll_group::TcpTransport;
+use super::transport::TcpTransport;
 use crate::backend::DmaSlice;
 use crate::runtime::{ReqState, Runtime};
 

@@ -32,6 +32,7 @@ mod direct;
 mod hot;
 pub mod poll_group;
 mod secure;
+mod transport;
 pub mod tx;
 
 use std::io;

@@ -15,7 +15,7 @@
 //! what we sent) and is torn down by the runtime.
 
 use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -31,6 +31,7 @@ use nvmf_common::transport::tcp::{Connection, ControllerConfig, InPlace};
 use super::conn::{Conn, TcpSlot};
 use super::direct;
 use super::hot::HotSet;
+pub use super::transport::TcpTransport;
 use super::tx::{self, TxQueue};
 use super::TcpOptions;
 use crate::core::QueueCtx;
@@ -73,25 +74,6 @@ pub struct NewConn {
 
 /// What the listener needs to hand connections to a group.
 pub type GroupHandle = runtime::GroupHandle<NewConn, ()>;
-
-/// The NVMe/TCP side of one poll group.
-pub struct TcpTransport {
-    pub(super) index: usize,
-    pub(super) cfg: ControllerConfig,
-    pub(super) opts: TcpOptions,
-    /// Connections not closed (for the choice between reading every socket and
-    /// asking epoll which ones have data).
-    live: usize,
-    /// Connections with PDUs to write.
-    dirty: Vec<u16>,
-    /// Sockets of closed connections, drained until the host closes or a deadline.
-    closing: Vec<(TcpStream, Instant)>,
-    rxbuf: Vec<u8>,
-    /// Passes of `read_all` (for reading admin queues less often).
-    spins: u32,
-    /// With many connections: the busy ones read directly.
-    hot: HotSet,
-}
 
 /// Starts poll group `index`.
 pub fn spawn(
