@@ -17,8 +17,8 @@ use openssl::ex_data::Index;
 use openssl::ssl::{Ssl, SslContextBuilder, SslRef};
 use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION, TLS1_3_VERSION};
 
-use super::handshake::PskRole;
 use super::psk::PskHash;
+use super::role::PskRole;
 
 /// IANA cipher suite codes (RFC 8446 B.4).
 const TLS_AES_128_GCM_SHA256: [u8; 2] = [0x13, 0x01];

@@ -28,6 +28,8 @@ use parking_lot::Mutex;
 use super::ffi;
 use super::ktls::{self, Offload, TrafficSecrets};
 use super::psk::{ConfiguredPsk, Derivation, Derived, IdentityVersion, PskHash};
+use super::role::{ControllerPsk, HostPsk, PskRole};
+pub use super::role::{PskLookup, TlsPeer};
 use super::socket::TlsStream;
 
 /// The TLS record content type of a handshake message (RFC 8446 5.1): the first byte
@@ -35,12 +37,6 @@ use super::socket::TlsStream;
 pub const CONTENT_TYPE_HANDSHAKE: u8 = 22;
 /// The cipher suites NVMe/TCP allows (TP 8011 3.6.1.4), in OpenSSL's names.
 const CIPHER_SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
-/// A PSK identity's fixed head: `NVMe`, the version digit, `R` (a retained PSK) and
-/// two hash digits.
-const IDENTITY_HEAD_LEN: usize = 8;
-/// The longest identity accepted: two NQNs (223 bytes each), the head, the digest
-/// (base64 of 48 bytes) and separators.
-const IDENTITY_MAX: usize = IDENTITY_HEAD_LEN + 2 * 223 + 64 + 3;
 
 /// Why a handshake failed. Never contains a key.
 #[derive(Debug, thiserror::Error)]
@@ -53,123 +49,6 @@ pub enum TlsError {
     Timeout(Duration),
     #[error("TLS handshake failed: {0}")]
     Handshake(String),
-}
-
-/// The controller's source of configured PSKs, asked at every handshake (so keys
-/// changed by a reload apply to the next connection).
-pub trait PskLookup: Send + Sync {
-    /// The configured PSK of `hostnqn`, if that host has one.
-    fn configured_psk(&self, hostnqn: &str) -> Option<ConfiguredPsk>;
-}
-
-/// Who the host said it is in the PSK identity the controller accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsPeer {
-    pub identity: String,
-    pub hostnqn: String,
-    pub subnqn: String,
-    pub cipher: PskHash,
-}
-
-/// What a connection's PSK callback needs (stored in the SSL's ex-data).
-pub(super) enum PskRole {
-    Controller(ControllerPsk),
-    Host(HostPsk),
-}
-
-pub(super) struct ControllerPsk {
-    lookup: Arc<dyn PskLookup>,
-    /// The identity accepted, or why the offered one was not.
-    outcome: Mutex<Result<Option<TlsPeer>, String>>,
-}
-
-pub(super) struct HostPsk {
-    pub(super) keys: Derived,
-}
-
-/// A parsed PSK identity (TP 8011 3.6.1.3).
-struct Identity<'a> {
-    version: IdentityVersion,
-    hostnqn: &'a str,
-    subnqn: &'a str,
-}
-
-fn parse_identity(id: &str) -> Result<Identity<'_>, String> {
-    if id.len() > IDENTITY_MAX {
-        return Err(format!("PSK identity of {} bytes is too long", id.len()));
-    }
-    let head = id.get(..IDENTITY_HEAD_LEN).unwrap_or_default();
-    let version = match head.get(..6) {
-        Some("NVMe0R") => IdentityVersion::V0,
-        Some("NVMe1R") => IdentityVersion::V1,
-        _ => {
-            return Err(format!(
-                "{id:?} is not a retained-PSK identity (NVMe0R/NVMe1R)"
-            ))
-        }
-    };
-    let rest = id
-        .get(IDENTITY_HEAD_LEN..)
-        .and_then(|r| r.strip_prefix(' '))
-        .ok_or_else(|| format!("malformed PSK identity {id:?}"))?;
-    let mut parts = rest.split(' ');
-    let (Some(hostnqn), Some(subnqn)) = (parts.next(), parts.next()) else {
-        return Err(format!(
-            "PSK identity {id:?} does not name a host and a subsystem"
-        ));
-    };
-    Ok(Identity {
-        version,
-        hostnqn,
-        subnqn,
-    })
-}
-
-impl ControllerPsk {
-    /// The keys for the identity a host offered, or None (the reason is kept).
-    pub(super) fn find(&self, offered: &[u8]) -> Option<Derived> {
-        let r = self.resolve(offered);
-        let keys = match r {
-            Ok((peer, keys)) => {
-                *self.outcome.lock() = Ok(Some(peer));
-                Some(keys)
-            }
-            Err(why) => {
-                *self.outcome.lock() = Err(why);
-                None
-            }
-        };
-        keys
-    }
-
-    fn resolve(&self, offered: &[u8]) -> Result<(TlsPeer, Derived), String> {
-        let text = std::str::from_utf8(offered)
-            .map_err(|_| "the PSK identity is not UTF-8".to_string())?;
-        let id = parse_identity(text)?;
-        let key = self
-            .lookup
-            .configured_psk(id.hostnqn)
-            .ok_or_else(|| format!("host {} has no TLS key here", id.hostnqn))?;
-        // Version 0 identities are the same in both encodings of the derivation; the
-        // Linux tools' (libnvme) is the one keys in the field were made with. Version 1
-        // identities carry a digest that tells the two apart.
-        for how in [Derivation::Libnvme, Derivation::Spec] {
-            let keys = key.derive(id.hostnqn, id.subnqn, id.version, how);
-            if keys.identity == text {
-                let peer = TlsPeer {
-                    identity: text.to_owned(),
-                    hostnqn: id.hostnqn.to_owned(),
-                    subnqn: id.subnqn.to_owned(),
-                    cipher: keys.cipher,
-                };
-                return Ok((peer, keys));
-            }
-        }
-        Err(format!(
-            "PSK identity {text:?} does not match host {}'s key (other hash or digest)",
-            id.hostnqn
-        ))
-    }
 }
 
 fn base_context() -> Result<SslContextBuilder, TlsError> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use base64::Engine;
 
 use super::*;
+use crate::tls::role::{parse_identity, IDENTITY_MAX};
 use crate::tls::Socket;
 
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000001";

@@ -8,6 +8,7 @@ mod ffi;
 pub mod handshake;
 pub mod ktls;
 pub mod psk;
+mod role;
 pub mod socket;
 
 pub use handshake::{
