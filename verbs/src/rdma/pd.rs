@@ -12,7 +12,7 @@ use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_dereg_mr, ibv_mr, ibv_pd, ibv_r
 use super::convert::ibv_access;
 use super::device::DevShared;
 use super::registry::Registry;
-use crate::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
+use crate::{Access, DmaBuffer, MemoryRegion, VerbsError};
 
 /// Every live PD this provider made, to recognise them in [`crate::QpInit`].
 pub(super) static PDS: Registry<RdmaPd> = Registry::new();
@@ -21,7 +21,7 @@ pub(super) struct RdmaPd {
     pub(super) raw: *mut ibv_pd,
     pub(super) dev: Arc<DevShared>,
     /// Itself, so regions can hold the PD.
-    me: Weak<RdmaPd>,
+    pub(super) me: Weak<RdmaPd>,
 }
 
 // SAFETY: libibverbs PDs are thread-safe handles; the pointer is immutable.
@@ -60,29 +60,6 @@ impl Drop for RdmaPd {
     }
 }
 
-impl ProtectionDomain for RdmaPd {
-    fn register(
-        &self,
-        buf: Arc<DmaBuffer>,
-        access: Access,
-    ) -> Result<Arc<dyn MemoryRegion>, VerbsError> {
-        let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
-            "protection domain is being dropped",
-        ))?;
-        Ok(RdmaMr::register(&pd, buf, access)?)
-    }
-
-    fn create_srq(
-        &self,
-        caps: crate::SrqCaps,
-    ) -> Result<Arc<dyn crate::SharedReceiveQueue>, VerbsError> {
-        let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
-            "protection domain is being dropped",
-        ))?;
-        Ok(super::srq::RdmaSrq::new(&pd, caps)?)
-    }
-}
-
 pub(super) struct RdmaMr {
     raw: *mut ibv_mr,
     lkey: u32,
@@ -98,7 +75,7 @@ unsafe impl Send for RdmaMr {}
 unsafe impl Sync for RdmaMr {}
 
 impl RdmaMr {
-    fn register(
+    pub(super) fn register(
         pd: &Arc<RdmaPd>,
         buf: Arc<DmaBuffer>,
         access: Access,

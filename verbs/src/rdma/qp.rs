@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rdma_sys::{
     ibv_post_recv, ibv_post_send, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_cap, ibv_qp_init_attr,
-    ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge,
+    ibv_qp_state, ibv_qp_type, ibv_query_qp, ibv_send_flags, ibv_send_wr, ibv_sge,
     rdma_cm_event_type, rdma_create_qp, rdma_destroy_qp, rdma_disconnect,
 };
 
@@ -32,20 +32,9 @@ use super::cq::{RdmaCq, CQS};
 use super::device::DevShared;
 use super::event::CmId;
 use super::pd::{RdmaPd, PDS};
+use super::post::{post_error, post_recv_chain, Scratch};
 use super::srq::{RdmaSrq, SRQS};
 use crate::{ProtectionDomain, QpCaps, QpInit, QueuePair, RecvWr, SendWr, VerbsError};
-
-/// Scratch for building work-request chains (raw pointers into itself while posting).
-#[derive(Default)]
-pub(super) struct Scratch {
-    send: Vec<ibv_send_wr>,
-    recv: Vec<ibv_recv_wr>,
-    sges: Vec<ibv_sge>,
-}
-
-// SAFETY: the vectors hold raw pointers only into themselves, valid only during one
-// post call made under the mutex that guards them.
-unsafe impl Send for Scratch {}
 
 /// How often `is_dead` asks the device for a live QP's state at most.
 const STATE_CHECK_EVERY: Duration = Duration::from_millis(10);
@@ -288,71 +277,6 @@ fn reserve_cqs(
         return Err(e);
     }
     Ok((caps.max_send_wr, caps.max_recv_wr))
-}
-
-/// The error for a failed `ibv_post_*` return code.
-fn post_error(rc: i32, queue: &'static str) -> VerbsError {
-    match rc {
-        libc::ENOMEM => VerbsError::QueueFull(queue),
-        libc::EINVAL => VerbsError::InvalidArgument("work request refused by the device"),
-        other => VerbsError::Provider(format!(
-            "post to {queue}: {}",
-            std::io::Error::from_raw_os_error(other)
-        )),
-    }
-}
-
-/// Builds `wrs` into an `ibv_recv_wr` chain in `s` and hands its head to `post`
-/// (`ibv_post_recv` or `ibv_post_srq_recv`), with one doorbell.
-pub(super) fn post_recv_chain(
-    s: &mut Scratch,
-    wrs: &[RecvWr<'_>],
-    queue: &'static str,
-    post: impl FnOnce(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> i32,
-) -> Result<(), VerbsError> {
-    if wrs.is_empty() {
-        return Ok(());
-    }
-    s.sges.clear();
-    s.recv.clear();
-    for wr in wrs {
-        s.sges.extend(wr.sg_list.iter().map(|g| ibv_sge {
-            addr: g.addr,
-            length: g.length,
-            lkey: g.lkey,
-        }));
-    }
-    let mut first_sge = 0usize;
-    for wr in wrs {
-        let n = wr.sg_list.len();
-        let num_sge = i32::try_from(n).map_err(|_| VerbsError::InvalidArgument("too many SGEs"))?;
-        s.recv.push(ibv_recv_wr {
-            wr_id: wr.wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: if n == 0 {
-                std::ptr::null_mut()
-            } else {
-                // In bounds: `first_sge + n <= s.sges.len()` by construction.
-                s.sges[first_sge..].as_mut_ptr()
-            },
-            num_sge,
-        });
-        first_sge += n;
-    }
-    let base = s.recv.as_mut_ptr();
-    let count = s.recv.len();
-    for i in 0..count.saturating_sub(1) {
-        // SAFETY: `i + 1 < count`: both elements exist and the vector no longer grows.
-        unsafe { (*base.add(i)).next = base.add(i + 1) };
-    }
-    let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
-    let rc = post(base, &mut bad);
-    s.recv.clear();
-    s.sges.clear();
-    if rc != 0 {
-        return Err(post_error(rc, queue));
-    }
-    Ok(())
 }
 
 impl Drop for RdmaQp {

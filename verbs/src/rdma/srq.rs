@@ -15,7 +15,7 @@ use rdma_sys::{
 };
 
 use super::pd::RdmaPd;
-use super::qp::{post_recv_chain, Scratch};
+use super::post::{post_recv_chain, Scratch};
 use super::registry::Registry;
 use crate::{RecvWr, SharedReceiveQueue, SrqCaps, VerbsError};
 

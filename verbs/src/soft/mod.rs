@@ -61,8 +61,10 @@
 mod cm;
 mod counters;
 mod cq;
+mod domain;
 mod mr;
 mod qp;
+mod recv_ring;
 mod srq;
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::DevShared;
-use crate::{Access, DmaBuffer, MemoryRegion, ProtectionDomain, VerbsError};
+use crate::{Access, DmaBuffer, MemoryRegion, VerbsError};
 
 const INDEX_MASK: u32 = 0xffff;
 /// Slots 1..=MAX_INDEX are usable; slot 0 is never handed out.
@@ -143,13 +143,63 @@ impl KeyCache {
 
 /// A protection domain of the soft provider.
 pub(super) struct SoftPd {
-    dev: Arc<DevShared>,
+    pub(super) dev: Arc<DevShared>,
     shared: Arc<PdShared>,
     /// Itself, so shared receive queues can hold the PD.
-    me: std::sync::Weak<SoftPd>,
+    pub(super) me: std::sync::Weak<SoftPd>,
 }
 
 impl SoftPd {
+    /// Registers `buf` with `access` in this PD (what [`ProtectionDomain::register`]
+    /// does for it).
+    pub(super) fn register_region(
+        &self,
+        buf: Arc<DmaBuffer>,
+        access: Access,
+    ) -> Result<Arc<dyn MemoryRegion>, VerbsError> {
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+            // As ibv_reg_mr: remote write access requires local write access.
+            return Err(VerbsError::InvalidArgument(
+                "REMOTE_WRITE requires LOCAL_WRITE",
+            ));
+        }
+        let seq = self.dev.key_seq.fetch_add(1, Ordering::Relaxed);
+        let mut table = self.shared.table.write();
+        let idx = match table.free.pop_front() {
+            Some(idx) => idx,
+            None => {
+                let idx = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
+                if idx > MAX_INDEX {
+                    return Err(VerbsError::QueueFull("memory regions in protection domain"));
+                }
+                table.slots.push(None);
+                idx
+            }
+        };
+        let low = (idx ^ table.salt) & INDEX_MASK;
+        let lkey = (tag(seq.wrapping_mul(2)) << 16) | low;
+        let rkey = (tag(seq.wrapping_mul(2).wrapping_add(1)) << 16) | low;
+        let entry = MrEntry {
+            lkey,
+            rkey,
+            remote_valid: true,
+            access,
+            buf: Arc::clone(&buf),
+        };
+        match table.slots.get_mut(idx as usize) {
+            Some(slot) => *slot = Some(entry),
+            None => return Err(VerbsError::Provider("key table slot missing".into())),
+        }
+        drop(table);
+        Ok(Arc::new(SoftMr {
+            pd: Arc::clone(&self.shared),
+            idx,
+            lkey,
+            rkey,
+            buf,
+        }))
+    }
+
     pub(super) fn new(dev: &Arc<DevShared>) -> Arc<SoftPd> {
         let salt = dev.random_u32() & INDEX_MASK;
         let pd = Arc::new_cyclic(|me| SoftPd {
@@ -254,66 +304,6 @@ impl SoftPd {
 impl Drop for SoftPd {
     fn drop(&mut self) {
         self.dev.pds.remove(self);
-    }
-}
-
-impl ProtectionDomain for SoftPd {
-    fn create_srq(
-        &self,
-        caps: crate::SrqCaps,
-    ) -> Result<Arc<dyn crate::SharedReceiveQueue>, VerbsError> {
-        let pd = self.me.upgrade().ok_or(VerbsError::InvalidArgument(
-            "protection domain is being dropped",
-        ))?;
-        Ok(super::srq::SoftSrq::new(&self.dev, pd, caps)?)
-    }
-
-    fn register(
-        &self,
-        buf: Arc<DmaBuffer>,
-        access: Access,
-    ) -> Result<Arc<dyn MemoryRegion>, VerbsError> {
-        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
-            // As ibv_reg_mr: remote write access requires local write access.
-            return Err(VerbsError::InvalidArgument(
-                "REMOTE_WRITE requires LOCAL_WRITE",
-            ));
-        }
-        let seq = self.dev.key_seq.fetch_add(1, Ordering::Relaxed);
-        let mut table = self.shared.table.write();
-        let idx = match table.free.pop_front() {
-            Some(idx) => idx,
-            None => {
-                let idx = u32::try_from(table.slots.len()).unwrap_or(u32::MAX);
-                if idx > MAX_INDEX {
-                    return Err(VerbsError::QueueFull("memory regions in protection domain"));
-                }
-                table.slots.push(None);
-                idx
-            }
-        };
-        let low = (idx ^ table.salt) & INDEX_MASK;
-        let lkey = (tag(seq.wrapping_mul(2)) << 16) | low;
-        let rkey = (tag(seq.wrapping_mul(2).wrapping_add(1)) << 16) | low;
-        let entry = MrEntry {
-            lkey,
-            rkey,
-            remote_valid: true,
-            access,
-            buf: Arc::clone(&buf),
-        };
-        match table.slots.get_mut(idx as usize) {
-            Some(slot) => *slot = Some(entry),
-            None => return Err(VerbsError::Provider("key table slot missing".into())),
-        }
-        drop(table);
-        Ok(Arc::new(SoftMr {
-            pd: Arc::clone(&self.shared),
-            idx,
-            lkey,
-            rkey,
-            buf,
-        }))
     }
 }
 

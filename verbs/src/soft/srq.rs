@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use super::counters::bump;
 use super::cq::Credits;
 use super::mr::SoftPd;
-use super::qp::{RecvRing, MAX_SGE, MAX_WR};
+use super::recv_ring::{RecvRing, MAX_SGE, MAX_WR};
 use super::DevShared;
 use crate::{RecvWr, SharedReceiveQueue, SrqCaps, VerbsError};
 
