@@ -43,7 +43,16 @@ struct Slot {
     buf: IoBuf,
     req: usize,
     piece: Piece,
+    /// Times the command was issued again after a status without DNR.
+    retries: u8,
 }
+
+/// How many times a command answered with a status without Do Not Retry is issued
+/// again before its request fails: Linux's `nvme_max_retries` default. A controller
+/// ending an association answers what it cannot run any more that way (Command
+/// Aborted due to SQ Deletion, Command Sequence Error) and the command belongs on the
+/// next queue, not in an EIO to the block device.
+pub(super) const MAX_RETRIES: u8 = 5;
 
 struct Req {
     token: u64,
@@ -91,6 +100,7 @@ impl Engine {
                 buf: fabric.alloc(slot_len)?,
                 req: 0,
                 piece: Piece::Flush,
+                retries: 0,
             });
         }
         Ok(Engine {
@@ -210,6 +220,10 @@ impl Engine {
             if last {
                 self.ready.pop_front();
             }
+            // A new command: none of its tries used yet.
+            if let Some(sl) = self.slots.get_mut(s) {
+                sl.retries = 0;
+            }
             match self.issue(q, s, id, piece, now) {
                 Ok(()) => {
                     self.free_slots.pop();
@@ -315,12 +329,18 @@ impl Engine {
     /// Accounts one NVMe completion; a request it finishes goes to `done`.
     pub fn complete(&mut self, c: &Completion, done: &mut Vec<Done>) {
         let s = c.tag as usize;
-        let Some(slot) = self.slots.get(s) else {
+        let Some(slot) = self.slots.get_mut(s) else {
             return;
         };
         let (id, piece) = (slot.req, slot.piece);
-        self.free_slots.push(s);
         self.inflight = self.inflight.saturating_sub(1);
+        if !c.status.is_success() && !c.status.dnr && slot.retries < MAX_RETRIES {
+            // Issued again first by the next `submit` (as Linux's nvme_retry_req).
+            slot.retries += 1;
+            self.retry.push(s);
+            return;
+        }
+        self.free_slots.push(s);
         let Some(Some(req)) = self.reqs.get_mut(id) else {
             return;
         };

@@ -14,6 +14,10 @@ use super::proto::{self, chunk, client_flags, cmd, cmd_flags, errno, opt, rep, R
 use super::*;
 use crate::controller::{ConnectOptions, Controller};
 use crate::loopback::{start_loopback_config, LoopbackTarget};
+use engine::MAX_RETRIES;
+use nvmf_target::backend::fault::{FaultBackend, FaultControl};
+use nvmf_target::backend::spec::{open_backend, NamespaceSpec, OpenOptions};
+use nvmf_target::subsystem::Namespace;
 
 const NS_BYTES: u64 = 16 << 20;
 
@@ -26,6 +30,11 @@ struct Server {
 
 impl Server {
     fn start(name: &str, queues: u16) -> Server {
+        Self::start_with(name, queues, |_, _| {})
+    }
+
+    /// [`Server::start`], with `prepare` run on the target before the host connects.
+    fn start_with(name: &str, queues: u16, prepare: impl FnOnce(&LoopbackTarget, &Nqn)) -> Server {
         let mut cfg = Config::single(
             TrType::Loopback,
             None,
@@ -35,6 +44,7 @@ impl Server {
         .unwrap();
         cfg.transport.max_queue_size = 64;
         let (fabric, target, nqn) = start_loopback_config(&cfg).unwrap();
+        prepare(&target, &nqn);
         let mut o = ConnectOptions::new(nqn, Nqn::new("nqn.host.map").unwrap(), [4; 16]);
         o.nr_io_queues = queues;
         o.queue_size = 64;
@@ -429,4 +439,47 @@ fn stop_drains_in_flight_requests() {
         &std::env::temp_dir().join(format!("nvmf-map-{}-drain.sock", std::process::id()))
     )
     .exists());
+}
+
+/// Namespace 1 of `target`'s subsystem `nqn` behind a fault-injecting wrapper of a RAM
+/// backend of the same size; returns its control.
+fn fault_ns1(target: &LoopbackTarget, nqn: &Nqn) -> Arc<FaultControl> {
+    let sub = target.target.subsystem_by_name(nqn.as_str()).unwrap();
+    let ram = open_backend(
+        &NamespaceSpec::Ram { size: NS_BYTES },
+        &OpenOptions::default(),
+    );
+    let (b, ctl) = FaultBackend::wrap(ram.unwrap());
+    sub.remove_namespace(Nsid(1));
+    sub.add_namespace(Namespace::new(Nsid(1), b, [0x42; 16], [0x43; 16]))
+        .unwrap();
+    ctl
+}
+
+#[test]
+fn a_status_without_dnr_is_retried_as_linux_does_then_fails() {
+    let ctl = std::sync::Mutex::new(None);
+    let srv = Server::start_with("retry", 1, |t, nqn| {
+        *ctl.lock().unwrap() = Some(fault_ns1(t, nqn));
+    });
+    let ctl = ctl.lock().unwrap().take().unwrap();
+    let mut c = srv.connect(true);
+    let d = pattern(4096, 7);
+    // Write Fault (media error, DNR clear) five times: the sixth try succeeds.
+    ctl.fail_writes_times(u64::from(MAX_RETRIES));
+    assert_eq!(c.call(cmd::WRITE, 0, 0, 4096, &d).error, 0);
+    assert_eq!(ctl.failed(), u64::from(MAX_RETRIES));
+    assert_eq!(c.read(0, 4096), d);
+    // Six in a row: the retries are spent and the request fails with EIO.
+    ctl.fail_writes_times(u64::from(MAX_RETRIES) + 1);
+    assert_eq!(c.call(cmd::WRITE, 0, 8192, 4096, &d).error, errno::EIO);
+    assert_eq!(ctl.failed(), 2 * u64::from(MAX_RETRIES) + 1);
+    // A status with DNR is not retried: past the end of the namespace.
+    assert_eq!(
+        c.call(cmd::WRITE, 0, NS_BYTES - 512, 1024, &pattern(1024, 1))
+            .error,
+        errno::ENOSPC
+    );
+    // The two failed requests are counted, nothing else.
+    assert_eq!(srv.stop().errors, 2);
 }

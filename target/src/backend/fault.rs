@@ -35,6 +35,9 @@ pub struct FaultControl {
     fail_flushes: AtomicBool,
     /// Operations still let through before the enabled failures start.
     pass_before_fail: AtomicU64,
+    /// With `writes_limited`: write failures still to inject before writes pass again.
+    write_failures_left: AtomicU64,
+    writes_limited: AtomicBool,
     delay_us: AtomicU64,
     /// Hold operations instead of passing them on.
     stall: AtomicBool,
@@ -57,7 +60,16 @@ impl FaultControl {
 
     /// Fail writes, Write Zeroes and Deallocate with EIO.
     pub fn fail_writes(&self, on: bool) {
+        self.writes_limited.store(false, Ordering::Release);
         self.fail_writes.store(on, Ordering::Release);
+    }
+
+    /// Fail the next `n` writes (Write Zeroes, Deallocate) with EIO, then pass them
+    /// again: a transient device error, which a host retries.
+    pub fn fail_writes_times(&self, n: u64) {
+        self.write_failures_left.store(n, Ordering::Release);
+        self.writes_limited.store(true, Ordering::Release);
+        self.fail_writes.store(true, Ordering::Release);
     }
 
     /// Fail flushes with EIO.
@@ -121,6 +133,19 @@ impl FaultControl {
     /// Operations failed by injection.
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Acquire)
+    }
+
+    /// Whether this write fails (consumes one of the `pass` budget, or of the
+    /// failures left when they are limited).
+    fn write_fails(&self) -> bool {
+        if !self.fail_writes.load(Ordering::Acquire) || self.passes() {
+            return false;
+        }
+        !self.writes_limited.load(Ordering::Acquire)
+            || self
+                .write_failures_left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
     }
 
     /// Whether this operation passes (consumes one of the `pass` budget).
@@ -230,7 +255,7 @@ impl IoChannel for FaultChannel {
         tag: u64,
         op: crate::backend::CompareAndWrite,
     ) -> Result<(), BackendError> {
-        if self.ctl.fail_writes.load(Ordering::Acquire) && !self.ctl.passes() {
+        if self.ctl.write_fails() {
             self.inject(tag, BackendError::WriteIo(EIO));
             return Ok(());
         }
@@ -255,7 +280,7 @@ impl FaultChannel {
                 c.reads_done.fetch_add(1, Ordering::AcqRel);
             }
             IoOp::Write { offset, buf, fua } => {
-                if c.fail_writes.load(Ordering::Acquire) && !c.passes() {
+                if c.write_fails() {
                     self.inject(tag, BackendError::WriteIo(EIO));
                     return Ok(());
                 }
@@ -285,7 +310,7 @@ impl FaultChannel {
                 return self.inner.submit(tag, IoOp::Write { offset, buf, fua });
             }
             IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => {
-                if c.fail_writes.load(Ordering::Acquire) && !c.passes() {
+                if c.write_fails() {
                     self.inject(tag, BackendError::WriteIo(EIO));
                     return Ok(());
                 }
