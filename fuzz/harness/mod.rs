@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod connect;
 pub mod dispatcher;
+pub mod input;
 pub mod rig;
 pub mod tcp_connection;
 pub mod tcp_framer;

@@ -28,6 +28,8 @@ use nvmf_common::wire::sqe::{offset as sqe_offset, SQE_LEN};
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::{flags, offset, pdu_type, term_fes, DataPdu, DATA_HDR_LEN};
 
+use super::input::Input;
+
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// In-capsule data the controller takes (what it would advertise in IOCCSZ).
 const MAX_ICD: u32 = 8192;
@@ -37,25 +39,6 @@ const MAX_CMDS: usize = 4;
 /// Delivery rounds once the input is used up (each moves every byte in flight), at
 /// most: far more than the longest transfer takes.
 const DRAIN_ROUNDS: usize = 100_000;
-
-/// Reads the input one byte at a time (0 once it is used up).
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((&b, rest)) => {
-                self.0 = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes([self.byte(), self.byte()])
-    }
-}
 
 /// The data byte at `at` of command `cid` (what a write sends, what a read returns).
 fn pattern(cid: u16, at: usize) -> u8 {
@@ -678,7 +661,7 @@ pub fn run(input: &[u8]) {
     // Bytes in flight each way: host to controller, controller to host.
     let mut h2c: Vec<u8> = Vec::new();
     let mut c2h: Vec<u8> = Vec::new();
-    while !inp.0.is_empty() {
+    while !inp.done() {
         let op = inp.byte();
         collect(&mut p, &mut h2c, &mut c2h);
         match op & 7 {

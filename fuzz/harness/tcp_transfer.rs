@@ -23,32 +23,11 @@ use nvmf_common::transport::tcp::{
 use nvmf_common::wire::tcp::{offset, term_fes};
 
 /// The largest command the harness moves (bytes of data).
+use super::input::Input;
+
 const MAX_LEN: u32 = 1 << 20;
 /// The command id the PDUs carry.
 const CID: u16 = 7;
-
-/// Reads the input one byte at a time (0 once it is used up).
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((&b, rest)) => {
-                self.0 = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes([self.byte(), self.byte()])
-    }
-
-    fn done(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 /// Which bytes of the command's data landed, and how often.
 struct Landed(Vec<u8>);
