@@ -148,12 +148,13 @@ impl Outcome {
             Ok(p) => {
                 let (data_len, data_at) = match &p {
                     Pdu::CapsuleCmd { data, .. } => (data.len(), None),
+                    // DATAL: a skipping reader hands out only the data it held.
                     Pdu::H2CData {
-                        cid, datao, data, ..
+                        cid, datao, datal, ..
                     }
                     | Pdu::C2HData {
-                        cid, datao, data, ..
-                    } => (data.len(), Some((*cid, *datao))),
+                        cid, datao, datal, ..
+                    } => (*datal as usize, Some((*cid, *datao))),
                     _ => (0, None),
                 };
                 Outcome::Pdu {
@@ -246,8 +247,8 @@ pub fn touch(p: &Pdu<'_>) {
         Pdu::CapsuleCmd { data, .. } => {
             assert!(data.len() <= ControllerConfig::default().max_icd as usize)
         }
-        Pdu::H2CData { data, .. } | Pdu::C2HData { data, .. } => {
-            assert!(data.len() <= MAX_DATA as usize)
+        Pdu::H2CData { data, datal, .. } | Pdu::C2HData { data, datal, .. } => {
+            assert!(data.len() <= *datal as usize && *datal <= MAX_DATA)
         }
         _ => {}
     }

@@ -1,8 +1,8 @@
 //! A host [`Connection`] against a controller [`Connection`], each with a small
 //! driver that keeps its commands' transfer state ([`HostTransfer`],
-//! [`R2tWindows`]) and receives large data in place ([`InPlace`]) as the real
-//! drivers do, with the bytes between them split, corrupted and dropped where the
-//! input says.
+//! [`R2tWindows`]) and lends its commands' buffers to the connection's receive loop
+//! ([`Receiver`]) as the real drivers do, with the bytes between them split,
+//! corrupted and dropped where the input says.
 //!
 //! Input: a control byte (bit 0: header digests, bit 1: data digests, bits 2-3:
 //! MAXR2T, bits 4-5: MAXH2CDATA step), a command count byte, three bytes per command
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nvmf_common::transport::tcp::{
     Connection, ControllerConfig, DataProgress, Event, FramerError, HostConfig, HostData,
-    HostTransfer, InPlace, Pdu, PduWriter, R2tWindows, TransferError, DIRECT_MIN,
+    HostTransfer, Pdu, PduWriter, R2tWindows, Receiver, TransferError, DIRECT_MIN,
 };
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::sgl::SglDescriptor;
@@ -36,6 +36,8 @@ const MAX_ICD: u32 = 8192;
 const OP_WRITE: u8 = 0x01;
 const OP_READ: u8 = 0x02;
 const MAX_CMDS: usize = 4;
+/// The driver's receive buffer, when it reads the socket.
+const RX_CAP: usize = 64 * 1024;
 /// Delivery rounds once the input is used up (each moves every byte in flight), at
 /// most: far more than the longest transfer takes.
 const DRAIN_ROUNDS: usize = 100_000;
@@ -80,7 +82,6 @@ struct Cmd {
 struct End {
     conn: Connection,
     writer: Option<PduWriter>,
-    in_place: InPlace,
     out: Vec<u8>,
     ended: bool,
 }
@@ -97,9 +98,10 @@ struct Pair {
     damaged: bool,
     /// Both digests are on (header and data).
     digests: bool,
-    /// In-place threshold (0, as when copying from a receive buffer, or DIRECT_MIN, as
-    /// when reading the socket).
-    direct_min: usize,
+    /// Delivered bytes go through socket reads, as the drivers' reads do (the missing
+    /// data of a large data PDU straight into its buffer, the rest through a receive
+    /// buffer); otherwise all at once to `Connection::receive`.
+    socket: bool,
 }
 
 /// What a handled event means for the connection.
@@ -264,9 +266,10 @@ fn on_ctrl_event(p: &mut Pair, ev: Event<'_>) -> Next {
             cid,
             ttag,
             datao,
+            datal,
             data,
             ..
-        }) => on_h2c(p, cid, ttag, datao, Some(data), data.len()),
+        }) => on_h2c(p, cid, ttag, datao, Some(data), datal as usize),
         Event::DataDigest {
             error: FramerError::DataDigest {
                 pdu_type: t, cid, ..
@@ -304,7 +307,8 @@ fn transient() -> Status {
     Status::generic_retryable(generic::TRANSIENT_TRANSPORT_ERROR)
 }
 
-/// H2CData of `datal` bytes (`data` None: it failed its digest).
+/// H2CData of `datal` bytes (`data`: those the framer held, the others were received
+/// in place; None: it failed its digest).
 fn on_h2c(
     p: &mut Pair,
     cid: u16,
@@ -319,17 +323,13 @@ fn on_h2c(
     if ttag != cid || !c.arrived || !c.write || c.answered {
         return Next::Close;
     }
-    let copy = p.ctrl.in_place.finish(datal);
-    let Some(c) = p.cmds.get_mut(usize::from(ttag)) else {
-        return Next::Close;
-    };
     if let Err(e) = c.r2t.accept_h2c(cid, datao, datal as u32) {
         return Next::Refuse(e);
     }
     match data {
         Some(d) if !c.ctrl_failed => {
             // Bytes received in place are in the buffer already: copy the rest.
-            let head = d.get(..copy).unwrap_or(d);
+            let head = d;
             let ok = land(&mut c.ctrl_buf, &mut c.ctrl_landed, datao as usize, head);
             assert!(ok, "accepted H2CData outside its command");
             let placed = datal - head.len();
@@ -374,7 +374,6 @@ fn on_host_event(p: &mut Pair, ev: Event<'_>) -> Next {
         Event::Pdu(Pdu::CapsuleResp { cqe }) => {
             let v = Cqe::new_unchecked(&cqe[..]);
             let (cid, st) = (v.cid(), v.status());
-            p.host.in_place.abandon();
             let Some(c) = p.cmds.get_mut(usize::from(cid)) else {
                 return Next::Close;
             };
@@ -387,25 +386,26 @@ fn on_host_event(p: &mut Pair, ev: Event<'_>) -> Next {
         Event::Pdu(Pdu::C2HData {
             cid,
             datao,
+            datal,
             success,
             data,
             ..
         }) => {
-            let copy = p.host.in_place.finish(data.len());
             let Some(c) = p.cmds.get_mut(usize::from(cid)) else {
                 return Next::Close;
             };
             if c.done.is_some() || !c.sent {
                 return Next::Close;
             }
-            if let Err(e) = c.host.accept_c2h(cid, datao, data.len()) {
+            let datal = datal as usize;
+            if let Err(e) = c.host.accept_c2h(cid, datao, datal) {
                 return Next::Refuse(e);
             }
-            let head = data.get(..copy).unwrap_or(data);
-            let ok = land(&mut c.host_buf, &mut c.host_landed, datao as usize, head);
+            // Bytes received in place are in the buffer already: copy the rest.
+            let ok = land(&mut c.host_buf, &mut c.host_landed, datao as usize, data);
             assert!(ok, "accepted C2HData outside its command");
-            let start = datao as usize + head.len();
-            if let Some(n) = c.host_landed.get_mut(start..datao as usize + data.len()) {
+            let start = datao as usize + data.len();
+            if let Some(n) = c.host_landed.get_mut(start..datao as usize + datal) {
                 for n in n {
                     *n = n.saturating_add(1);
                 }
@@ -425,7 +425,6 @@ fn on_host_event(p: &mut Pair, ev: Event<'_>) -> Next {
             offset,
             length,
         }) => {
-            p.host.in_place.abandon();
             let (maxh2c, Some(w)) = (p.maxh2c, p.host.writer) else {
                 return Next::Close;
             };
@@ -449,7 +448,6 @@ fn on_host_event(p: &mut Pair, ev: Event<'_>) -> Next {
             Next::Go
         }
         Event::DataDigest { header, .. } => {
-            p.host.in_place.abandon();
             let fl = header.get(offset::FLAGS as usize).copied().unwrap_or(0);
             let success = fl & flags::DATA_SUCCESS != 0;
             let cid = data_fields(header).map(|f| f.0);
@@ -474,100 +472,96 @@ fn generic_dte() -> Status {
     Status::generic_dnr(generic::DATA_TRANSFER_ERROR)
 }
 
-/// Where in-place data of `d` goes, if the receiving side would put it there.
-fn in_place_dst<'a>(p: &'a mut Pair, host: bool, d: &DataProgress) -> Option<&'a mut [u8]> {
-    let end = &p.host;
-    let side = if host { end } else { &p.ctrl };
-    let missing = side.in_place.wanted(d.received, d.len, p.direct_min)?;
-    let c = p
-        .cmds
-        .get_mut(usize::from(if host { d.cid } else { d.ttag }))?;
-    let at = d.datao as usize + d.received;
-    if host {
-        if !c.host.fits_c2h(d.datao, d.len) || c.host_failed || c.done.is_some() || !c.sent {
-            return None;
-        }
-        c.host_buf.get_mut(at..at + missing)
-    } else {
-        let end = d.datao.checked_add(u32::try_from(d.len).ok()?)?;
-        if d.cid != d.ttag || !c.write || c.ctrl_failed || !c.r2t.continues_window(d.datao, end) {
-            return None;
-        }
-        c.ctrl_buf.get_mut(at..at + missing)
-    }
+/// One end's driver as the connection's receive loop sees it: the commands'
+/// buffers it lends, and its handling of events (anything but `Next::Go` stops the
+/// loop and comes back as the error).
+struct Driver<'a> {
+    p: &'a mut Pair,
+    host: bool,
 }
 
-/// Delivers `input` to one end, as its driver would: whole PDUs handled where they
-/// lie, large data of a data PDU copied straight into its command's buffer.
-fn deliver(p: &mut Pair, host: bool, mut input: &[u8]) {
-    loop {
-        let end = if host { &p.host } else { &p.ctrl };
-        if end.ended {
-            return;
-        }
-        let progress = end.conn.data_in_progress();
-        if let Some(d) = progress {
-            if let Some(dst) = in_place_dst(p, host, &d) {
-                let n = dst.len().min(input.len());
-                dst[..n].copy_from_slice(&input[..n]);
-                let placed = input[..n].to_vec();
-                input = &input[n..];
-                let end = if host { &mut p.host } else { &mut p.ctrl };
-                end.conn.skip_data(&placed);
-                end.in_place.placed(d.received);
-                step(p, host, &[]);
-                if input.is_empty() {
-                    return;
-                }
-                continue;
-            }
-        }
-        let used = step(p, host, input);
-        input = &input[used..];
-        if input.is_empty() || used == 0 {
-            return;
-        }
-    }
-}
+impl Receiver for Driver<'_> {
+    type Error = Next;
 
-/// One `read_to_data` of `input` on one end; returns the bytes it used.
-fn step(p: &mut Pair, host: bool, input: &[u8]) -> usize {
-    let mut conn = {
-        let end = if host { &mut p.host } else { &mut p.ctrl };
-        std::mem::replace(&mut end.conn, placeholder())
-    };
-    let progress = conn.data_in_progress();
-    let handle = |ev: Event<'_>| {
+    fn destination(&mut self, d: &DataProgress) -> Option<&mut [u8]> {
+        let host = self.host;
+        let c = self
+            .p
+            .cmds
+            .get_mut(usize::from(if host { d.cid } else { d.ttag }))?;
+        let (at, missing) = (d.missing_at(), d.missing());
         if host {
-            on_host_event(p, ev)
+            if !c.host.fits_c2h(d.datao, d.len) || c.host_failed || c.done.is_some() || !c.sent {
+                return None;
+            }
+            c.host_buf.get_mut(at..at + missing)
         } else {
-            on_ctrl_event(p, ev)
+            let end = d.end()?;
+            if d.cid != d.ttag || !c.write || c.ctrl_failed || !c.r2t.continues_window(d.datao, end)
+            {
+                return None;
+            }
+            c.ctrl_buf.get_mut(at..at + missing)
         }
-    };
-    let (used, out) = if progress.is_some() {
-        conn.read(input, handle)
-    } else {
-        conn.read_to_data(input, handle)
-    };
+    }
+
+    fn on_event(&mut self, ev: Event<'_>) -> Result<(), Next> {
+        let next = if self.host {
+            on_host_event(self.p, ev)
+        } else {
+            on_ctrl_event(self.p, ev)
+        };
+        match next {
+            Next::Go => Ok(()),
+            other => Err(other),
+        }
+    }
+}
+
+/// Delivers `input` to one end, as its driver would (see `Pair::socket`).
+fn deliver(p: &mut Pair, host: bool, mut input: &[u8]) {
     let end = if host { &mut p.host } else { &mut p.ctrl };
-    match out {
-        Some(Next::Refuse(e)) => {
-            let mut term = Vec::new();
-            conn.terminate(e.fes, e.fei, &mut term);
-            end.out.extend_from_slice(&term);
+    if end.ended {
+        return;
+    }
+    let mut conn = std::mem::replace(&mut end.conn, placeholder());
+    let socket = p.socket;
+    let mut rx = Driver { p, host };
+    let mut r = Ok(());
+    while r.is_ok() && !input.is_empty() {
+        if !socket {
+            r = conn.receive(input, &mut rx);
+            break;
+        }
+        // One socket read: straight into a command's buffer, or into the receive
+        // buffer.
+        let wanted = conn.wants_in_place(DIRECT_MIN);
+        if let Some(dst) = wanted.and_then(|d| rx.destination(&d)) {
+            let n = dst.len().min(input.len());
+            dst[..n].copy_from_slice(&input[..n]);
+            conn.placed(&dst[..n]);
+            input = &input[n..];
+            r = conn.receive(&[], &mut rx);
+            continue;
+        }
+        let n = conn.read_len(RX_CAP).min(input.len());
+        r = conn.receive(&input[..n], &mut rx);
+        input = &input[n..];
+    }
+    let end = if host { &mut p.host } else { &mut p.ctrl };
+    match r {
+        Err(Next::Refuse(e)) => {
+            conn.terminate(e.fes, e.fei, &mut end.out);
             end.ended = true;
         }
-        Some(Next::Close) => {
-            let mut term = Vec::new();
-            conn.terminate(term_fes::INVALID_HEADER_FIELD, 0, &mut term);
-            end.out.extend_from_slice(&term);
+        Err(Next::Close) => {
+            conn.terminate(term_fes::INVALID_HEADER_FIELD, 0, &mut end.out);
             end.ended = true;
         }
-        Some(Next::Ended) => end.ended = true,
-        Some(Next::Go) | None => {}
+        Err(Next::Ended) => end.ended = true,
+        Err(Next::Go) | Ok(()) => {}
     }
     end.conn = conn;
-    used
 }
 
 /// A closed connection that stands in while the real one reads.
@@ -585,7 +579,7 @@ pub fn run(input: &[u8]) {
     let (hd, dd) = (ctl & 1 != 0, ctl & 2 != 0);
     let maxr2t = u32::from((ctl >> 2) & 3);
     let maxh2c = 4096 * (u32::from((ctl >> 4) & 3) + 1);
-    let direct_min = if ctl & 0x40 != 0 { DIRECT_MIN } else { 0 };
+    let socket = ctl & 0x40 != 0;
     let resp_apart = ctl & 0x80 != 0;
     let n = usize::from(inp.byte()) % MAX_CMDS + 1;
     let mut cmds = Vec::with_capacity(n);
@@ -643,7 +637,6 @@ pub fn run(input: &[u8]) {
     let end = |conn, out| End {
         conn,
         writer: None,
-        in_place: InPlace::default(),
         out,
         ended: false,
     };
@@ -656,7 +649,7 @@ pub fn run(input: &[u8]) {
         c2h_chunk: 1024 * (u32::from(inp.byte() & 15) + 1),
         damaged: false,
         digests: hd && dd,
-        direct_min,
+        socket,
     };
     // Bytes in flight each way: host to controller, controller to host.
     let mut h2c: Vec<u8> = Vec::new();

@@ -1,30 +1,26 @@
 //! One command's data transfer over NVMe/TCP, both ends: the controller's
 //! [`R2tWindows`] against the host's [`HostTransfer`] for a write, the host's
-//! [`HostTransfer`] against C2HData for a read, and the [`InPlace`] rule that splits
-//! a data PDU between the framer's buffer and the command's, driven by arbitrary
-//! splits, reorderings, drops and corruptions of the PDUs between them.
+//! [`HostTransfer`] against C2HData for a read, driven by arbitrary splits,
+//! reorderings, drops and corruptions of the PDUs between them. (Where a data PDU's
+//! bytes go, the framer's buffer or the command's, is the connection's receive loop:
+//! `tcp_pair` drives that.)
 //!
-//! Input: 6 setup bytes (direction, command length, MAXH2CDATA, R2T limit, the
-//! framer's share of the first in-place PDU), then one byte per step choosing what
-//! the wire does next.
+//! Input: 5 setup bytes (direction, command length, MAXH2CDATA, R2T limit), then one
+//! byte per step choosing what the wire does next.
 //!
 //! Invariants: honest PDUs in any order the protocol allows are always accepted;
 //! every byte of the command's data lands at its offset exactly once, and the
 //! command completes only when every byte has landed; a PDU the receiver accepts
 //! never puts a byte outside the command or twice; a PDU it refuses is refused with
 //! the Fatal Error Status and Information the rules call for, and nothing it carried
-//! lands (the connection then ends: the run stops). For a PDU received partly in
-//! place, the bytes the handler copies and the bytes placed add up to the PDU's data,
-//! each once.
+//! lands (the connection then ends: the run stops).
 
-use nvmf_common::transport::tcp::{
-    HostData, HostTransfer, InPlace, R2tWindows, TransferError, DIRECT_MIN, SMALL_RX,
-};
+use nvmf_common::transport::tcp::{HostData, HostTransfer, R2tWindows, TransferError};
 use nvmf_common::wire::tcp::{offset, term_fes};
 
-/// The largest command the harness moves (bytes of data).
 use super::input::Input;
 
+/// The largest command the harness moves (bytes of data).
 const MAX_LEN: u32 = 1 << 20;
 /// The command id the PDUs carry.
 const CID: u16 = 7;
@@ -63,49 +59,11 @@ pub fn run(input: &[u8]) {
     let len = (u32::from(inp.u16()) * 61 + 1).min(MAX_LEN);
     let maxh2c = u32::from(inp.byte()) * 509 + 1;
     let limit = usize::from(inp.byte() & 3) + 1;
-    let held = usize::from(inp.byte());
-    in_place(&mut inp, held);
     if dir & 1 == 0 {
         write(&mut inp, len, maxh2c, limit);
     } else {
         read(&mut inp, len);
     }
-}
-
-/// A data PDU whose data goes partly in place: the framer holds `held` bytes, the
-/// rest is placed in socket reads the input sizes.
-fn in_place(inp: &mut Input<'_>, held: usize) {
-    let len = held + usize::from(inp.u16()) * 3;
-    let mut p = InPlace::default();
-    let mut received = held.min(len);
-    let mut placed = 0usize;
-    while let Some(missing) = p.wanted(received + placed, len, DIRECT_MIN) {
-        assert_eq!(missing, len - received - placed, "the missing part");
-        let n = (usize::from(inp.u16()) + 1).min(missing);
-        // The framer counts placed bytes as received; what it held before the first
-        // is what the handler copies.
-        p.placed(received + placed);
-        placed += n;
-        if inp.done() && placed < len - received {
-            // The connection ends mid-PDU: nothing of it counts.
-            p.abandon();
-            assert_eq!(p.finish(len), len, "an abandoned PDU is copied whole");
-            return;
-        }
-    }
-    if placed == 0 {
-        // Not in place (too little missing): the framer takes the rest.
-        received = len;
-    }
-    let copied = p.finish(len);
-    assert_eq!(
-        copied + placed,
-        len,
-        "copied {copied} + placed {placed} != {len}"
-    );
-    assert_eq!(copied, received, "the handler copies what the framer held");
-    let big = placed > 0 && len >= DIRECT_MIN;
-    assert_eq!(p.read_len(1 << 17), if big { SMALL_RX } else { 1 << 17 });
 }
 
 /// What the wire does to a PDU in flight.

@@ -215,6 +215,7 @@ impl RawCtrl {
                     datao,
                     last,
                     data,
+                    ..
                 })) => Got::H2C {
                     cid,
                     ttag,

@@ -15,9 +15,9 @@ use nix::sys::epoll::EpollFlags;
 use tracing::{debug, warn};
 
 use nvmf_common::tls::Socket;
-use nvmf_common::transport::tcp::{Connection, DataProgress, Event, FramerError};
-use nvmf_common::transport::tcp::{InPlace, R2tWindows, TransferError};
+use nvmf_common::transport::tcp::{Connection, Event, FramerError};
 use nvmf_common::transport::tcp::{Negotiated, Pdu, PduWriter};
+use nvmf_common::transport::tcp::{R2tWindows, TransferError};
 use nvmf_common::wire::sqe::SQE_LEN;
 use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::{
@@ -91,9 +91,6 @@ pub struct Conn {
     pub(super) tx: TxQueue,
     /// The epoll interest registered for the socket.
     pub(super) interest: EpollFlags,
-    /// Whether the H2CData PDU being read goes straight into its command's buffer
-    /// ([`super::direct`]), and how large the next socket read is.
-    pub(super) in_place: InPlace,
 }
 
 /// An error the transport finds in a PDU the framer accepted (an H2CData naming no
@@ -108,71 +105,14 @@ fn transient_transport_error() -> Status {
 impl TcpTransport {
     /// Feeds bytes to the connection and runs each complete PDU. A PDU that lies whole
     /// in `input` is checked and handled where it is; the data of an H2CData PDU that
-    /// does not goes straight into its command's buffer ([`super::direct`]).
-    pub(super) fn on_bytes(&mut self, rt: &mut Runtime<Self>, ci: u16, mut input: &[u8]) {
+    /// does not goes straight into its command's buffer ([`super::direct`]). With no
+    /// input: runs the PDU whose data a socket read put in place, if that completed it.
+    pub(super) fn on_bytes(&mut self, rt: &mut Runtime<Self>, ci: u16, input: &[u8]) {
         let Some(mut conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.take()) else {
             return;
         };
-        // A data PDU whose data is being collected: one left from the last read, or one
-        // whose header `read_to_data` stopped after (asked only then: most PDUs lie
-        // whole in `input`).
-        let mut progress = conn.data_in_progress();
-        loop {
-            let dst = progress.and_then(|d| Some((direct::direct_dst(rt, ci, &d, 0)?, d)));
-            let (used, out) = match dst {
-                Some((dst, d)) => {
-                    // SAFETY: the only borrow of `dst`; it ends with this iteration.
-                    let to = unsafe { direct::dst_bytes(&dst) };
-                    let n = to.len().min(input.len());
-                    if let (Some(to), Some(from)) = (to.get_mut(..n), input.get(..n)) {
-                        to.copy_from_slice(from);
-                        direct::placed(rt, ci, &mut conn, &d, to);
-                    }
-                    // The PDU, when that completed it (and no data digest follows).
-                    let (_, out) = conn.read(&[], |ev| self.on_event(rt, ci, ev));
-                    (n, out)
-                }
-                // Not for a command's buffer: the ordinary path reports it.
-                None if progress.is_some() => conn.read(input, |ev| self.on_event(rt, ci, ev)),
-                None => conn.read_to_data(input, |ev| self.on_event(rt, ci, ev)),
-            };
-            input = input.get(used..).unwrap_or(&[]);
-            if let Some(Err(e)) = out {
-                return self.fatal_term(rt, ci, &mut conn, e);
-            }
-            let Some(q) = rt.queue_mut(ci) else { return };
-            if q.dead {
-                return;
-            }
-            if input.is_empty() || (out.is_none() && used == 0) {
-                break;
-            }
-            progress = if out.is_none() {
-                conn.data_in_progress()
-            } else {
-                None
-            };
-        }
-        if let Some(q) = rt.queue_mut(ci) {
-            q.t.conn = Some(conn);
-        }
-    }
-
-    /// Accounts for data a socket read put straight into its command's buffer
-    /// ([`super::direct`]) and runs the PDU when that completed it.
-    pub(super) fn on_placed(
-        &mut self,
-        rt: &mut Runtime<Self>,
-        ci: u16,
-        d: &DataProgress,
-        placed: &[u8],
-    ) {
-        let Some(mut conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.take()) else {
-            return;
-        };
-        direct::placed(rt, ci, &mut conn, d, placed);
-        let (_, out) = conn.read(&[], |ev| self.on_event(rt, ci, ev));
-        if let Some(Err(e)) = out {
+        let r = conn.receive(input, &mut direct::Rx { tp: self, rt, ci });
+        if let Err(e) = r {
             return self.fatal_term(rt, ci, &mut conn, e);
         }
         if let Some(q) = rt.queue_mut(ci) {
@@ -182,7 +122,7 @@ impl TcpTransport {
         }
     }
 
-    fn on_event(
+    pub(super) fn on_event(
         &mut self,
         rt: &mut Runtime<Self>,
         ci: u16,
@@ -290,12 +230,10 @@ impl TcpTransport {
                 cid,
                 ttag,
                 datao,
+                datal,
                 data,
                 ..
-            } => {
-                let datal = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                self.on_h2c(rt, ci, cid, ttag, datao, datal, Some(data))
-            }
+            } => self.on_h2c(rt, ci, cid, ttag, datao, datal, Some(data)),
             // The controller's framer yields nothing else after initialization.
             other => Err(ProtocolError {
                 fes: term_fes::INVALID_HEADER_FIELD,
@@ -405,9 +343,10 @@ impl TcpTransport {
         self.mark_dirty(ci);
     }
 
-    /// H2CData (or one that failed its data digest, `data` None): checks it continues
-    /// an outstanding R2T window of the command its TTAG names, stores the data, and
-    /// moves the command on when its data is complete.
+    /// H2CData of `datal` bytes (or one that failed its data digest, `data` None):
+    /// checks it continues an outstanding R2T window of the command its TTAG names,
+    /// stores `data` (the bytes the framer held: all that were not received in place),
+    /// and moves the command on when its data is complete.
     #[allow(clippy::too_many_arguments)]
     fn on_h2c(
         &mut self,
@@ -423,8 +362,6 @@ impl TcpTransport {
         let Some(q) = rt.queue_mut(ci) else {
             return Ok(());
         };
-        // The bytes the handler copies: all but those received in place.
-        let held = q.t.in_place.finish(datal as usize);
         let waiting = q.slots.get(usize::from(ttag)).map(|s| {
             (
                 s.state == ReqState::TransferringHostToController,
@@ -455,11 +392,8 @@ impl TcpTransport {
         };
         slot.t.r2t.accept_h2c(cid, datao, datal)?;
         match data {
-            Some(d) if slot.t.failed.is_none() => {
-                // Received in place (see `direct`): all but the first bytes are there.
-                slot.req
-                    .write_data(datao as usize, d.get(..held).unwrap_or(d))
-            }
+            // The bytes the framer held: any others were received in place (`direct`).
+            Some(d) if slot.t.failed.is_none() => slot.req.write_data(datao as usize, d),
             Some(_) => {}
             None => slot.t.failed = Some(transient_transport_error()),
         }

@@ -26,7 +26,7 @@ use nix::sys::epoll::{EpollEvent, EpollFlags, EpollTimeout};
 use tracing::{debug, info, warn};
 
 use nvmf_common::tls::{Socket, TlsPeer};
-use nvmf_common::transport::tcp::{Connection, ControllerConfig, InPlace};
+use nvmf_common::transport::tcp::{Connection, ControllerConfig, DIRECT_MIN};
 
 use super::conn::{Conn, TcpSlot};
 use super::direct;
@@ -145,7 +145,6 @@ impl Transport for TcpTransport {
             slots_known: 1,
             tx: TxQueue::default(),
             interest: EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
-            in_place: InPlace::default(),
         };
         // Before Connect: one slot; the queue id and size come from the Connect.
         let mut ctx = QueueCtx::unbound(nc.port);
@@ -426,9 +425,8 @@ impl TcpTransport {
                 break;
             }
             // The rest of a large H2CData PDU goes straight into its command's buffer.
-            let progress = q.t.conn.as_ref().and_then(Connection::data_in_progress);
-            let dst = progress
-                .and_then(|d| Some((direct::direct_dst(rt, ci, &d, direct::DIRECT_MIN)?, d)));
+            let wanted = q.t.conn.as_ref().and_then(|c| c.wants_in_place(DIRECT_MIN));
+            let dst = wanted.and_then(|d| direct::socket_dst(rt, ci, &d));
             let Some(q) = rt.queue_mut(ci) else { break };
             let Some(sock) = q.t.sock.as_mut() else { break };
             let tls = sock.is_tls();
@@ -442,10 +440,10 @@ impl TcpTransport {
                 break;
             }
             reads += 1;
-            let cap = q.t.in_place.read_len(rx.len());
+            let cap = q.t.conn.as_ref().map_or(rx.len(), |c| c.read_len(rx.len()));
             let (r, want) = match &dst {
                 // SAFETY: the only borrow of `to`, ended by this read.
-                Some((to, _)) => (sock.read(unsafe { direct::dst_bytes(to) }), to.len),
+                Some(to) => (sock.read(unsafe { direct::dst_bytes(to) }), to.len),
                 None => (sock.read(rx.get_mut(..cap).unwrap_or(&mut [])), cap),
             };
             bump(&rt.stats.socket_reads, 1);
@@ -456,22 +454,24 @@ impl TcpTransport {
                     break;
                 }
                 Ok(n) => {
-                    if let Some(conn) = rt.queue_mut(ci).and_then(|q| q.t.conn.as_mut()) {
+                    let conn = rt.queue_mut(ci).and_then(|q| q.t.conn.as_mut());
+                    if let Some(conn) = conn {
                         conn.progress(now);
+                        if let Some(to) = &dst {
+                            // SAFETY: the read's borrow ended; this one ends with
+                            // `placed`, which only digests the bytes.
+                            let placed = unsafe { direct::dst_bytes(to) };
+                            conn.placed(placed.get(..n).unwrap_or(&[]));
+                        }
                     }
                     got = 1;
-                    match &dst {
-                        Some((to, d)) => {
-                            // SAFETY: the read's borrow ended; this one ends with
-                            // `on_placed`, whose handler only writes the bytes the
-                            // framer held (before `to`) and may start a backend
-                            // that reads the buffer, never writes into `to`.
-                            let placed = unsafe { direct::dst_bytes(to) };
-                            let placed = placed.get(..n).unwrap_or(&[]);
-                            self.on_placed(rt, ci, d, placed);
-                        }
-                        None => self.on_bytes(rt, ci, rx.get(..n).unwrap_or(&[])),
-                    }
+                    // With no input: the PDU the placed bytes completed, if they did.
+                    let input = if dst.is_some() {
+                        &[][..]
+                    } else {
+                        rx.get(..n).unwrap_or(&[])
+                    };
+                    self.on_bytes(rt, ci, input);
                     if n < want && !tls {
                         break;
                     }

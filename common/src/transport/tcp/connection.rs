@@ -9,10 +9,10 @@
 //! termination requests themselves, and the stall deadline.
 //!
 //! The driver owns the socket and the send queue. It hands received bytes to
-//! [`Connection::read`] (or [`Connection::read_to_data`] and
-//! [`Connection::skip_data`] when it receives large data straight into a command's
-//! buffer), which runs at most one PDU and calls the driver's handler with what it
-//! gives ([`Event`]). Bytes the connection wants sent come out through the caller's
+//! [`Connection::receive`] (`super::receive`), which runs the PDUs, calls the
+//! driver's handler with what each gives ([`Event`]) and puts large data PDUs' data
+//! straight into their commands' buffers; [`Connection::read`] runs one PDU through
+//! the framer's buffer. Bytes the connection wants sent come out through the caller's
 //! buffer ([`Connection::host`], [`Connection::terminate`]) or inside the event
 //! ([`Event::Established`], [`Event::Failed`]), so they go after whatever the driver
 //! already queued. Capsules and data PDUs are encoded by the driver with the
@@ -81,6 +81,9 @@ pub struct Connection {
     hdr_len: usize,
     /// The last PDU was handed out: the next byte read starts a new one.
     pdu_done: bool,
+    /// The last data PDU was large and received (in part) in place (see
+    /// [`Connection::read_len`]).
+    pub(super) large_placed: bool,
     /// A PDU the connection sends itself (ICResp, a termination request), lent out in
     /// an event.
     control: Vec<u8>,
@@ -121,6 +124,7 @@ impl Connection {
             hdr: [0; HEADER_KEEP],
             hdr_len: 0,
             pdu_done: false,
+            large_placed: false,
             control: Vec::new(),
             timeout,
             last_progress: now,
@@ -231,6 +235,9 @@ impl Connection {
                     }
                     Some(Ok(pdu)) => {
                         self.pdu_done = true;
+                        if let Some(large) = super::receive::large_placed(&pdu) {
+                            self.large_placed = large;
+                        }
                         Event::Pdu(pdu)
                     }
                     Some(Err(error)) if !error.is_fatal() => {

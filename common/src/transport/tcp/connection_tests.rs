@@ -53,7 +53,7 @@ fn read_all(c: &mut Connection, bytes: &[u8], chunk: usize) -> Vec<Seen> {
 }
 
 /// Both ends initialized; returns them with their writers.
-fn established(h: HostConfig) -> (Connection, Connection, PduWriter, PduWriter) {
+pub(super) fn established(h: HostConfig) -> (Connection, Connection, PduWriter, PduWriter) {
     let now = Instant::now();
     let mut wire = Vec::new();
     let mut host = Connection::host(h, TIMEOUT, now, &mut wire).unwrap();

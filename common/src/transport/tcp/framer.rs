@@ -29,6 +29,30 @@ pub struct DataProgress {
     pub received: usize,
     /// DATAL: the PDU's data length.
     pub len: usize,
+    /// Part of the data was already received elsewhere
+    /// ([`PduReader::skip_data`]): the rest must go there too.
+    pub placing: bool,
+}
+
+impl DataProgress {
+    /// Data bytes not received yet.
+    #[inline]
+    pub fn missing(&self) -> usize {
+        self.len - self.received
+    }
+
+    /// Where the missing bytes start in the command's data (DATAO + received).
+    #[inline]
+    pub fn missing_at(&self) -> usize {
+        self.datao as usize + self.received
+    }
+
+    /// Where the PDU's data ends in the command's data (DATAO + DATAL), if that fits
+    /// in 32 bits.
+    #[inline]
+    pub fn end(&self) -> Option<u32> {
+        self.datao.checked_add(u32::try_from(self.len).ok()?)
+    }
 }
 
 /// A complete, validated PDU. Data slices borrow the reader's buffer until the next
@@ -54,20 +78,24 @@ pub enum Pdu<'a> {
     },
     /// A response capsule.
     CapsuleResp { cqe: [u8; CQE_LEN] },
-    /// Write data the controller asked for with an R2T.
+    /// Write data the controller asked for with an R2T: DATAL bytes at DATAO, of
+    /// which `data` holds those that went through the reader (all of them, unless the
+    /// rest was received elsewhere: see [`PduReader::skip_data`]).
     H2CData {
         cid: u16,
         ttag: u16,
         datao: u32,
+        datal: u32,
         last: bool,
         data: &'a [u8],
     },
-    /// Read data. With `success` the command completed successfully and no
-    /// CapsuleResp follows.
+    /// Read data, DATAL bytes at DATAO (`data` as for H2CData). With `success` the
+    /// command completed successfully and no CapsuleResp follows.
     C2HData {
         cid: u16,
         ttag: u16,
         datao: u32,
+        datal: u32,
         last: bool,
         success: bool,
         data: &'a [u8],
@@ -185,6 +213,9 @@ pub struct PduReader {
     /// received elsewhere ([`skip_data`](PduReader::skip_data)): the buffer then
     /// lacks those bytes.
     skipped_digest: Option<DataDigester>,
+    /// How many data bytes of the current PDU the buffer held when the rest started
+    /// to be received elsewhere ([`skip_data`](PduReader::skip_data)).
+    placed_from: Option<usize>,
     error: Option<FramerError>,
     error_header_len: usize,
 }
@@ -217,6 +248,7 @@ impl PduReader {
             frame: Frame::EMPTY,
             digest_error: None,
             skipped_digest: None,
+            placed_from: None,
             error: None,
             error_header_len: 0,
         }
@@ -265,6 +297,7 @@ impl PduReader {
             datao: d.data_offset(),
             received: self.filled - f.data_start,
             len: f.data_len,
+            placing: self.placed_from.is_some(),
         })
     }
 
@@ -272,15 +305,16 @@ impl PduReader {
     /// received: `data` are those bytes where the caller put them (the reader does not
     /// keep them; with a data digest it digests them). Returns how many were counted:
     /// at most what the data still lacks, 0 when no such PDU is in progress. The PDU's
-    /// data as handed out later holds only its first [`DataProgress::received`] bytes
-    /// (at the first skip); the rest of the slice is stale.
+    /// `data` as handed out later holds only its first [`DataProgress::received`]
+    /// bytes (at the first skip), and every later data byte must be skipped too.
     ///
     /// [`data_in_progress`]: PduReader::data_in_progress
     pub fn skip_data(&mut self, data: &[u8]) -> usize {
         let Some(d) = self.data_in_progress() else {
             return 0;
         };
-        let take = data.len().min(d.len - d.received);
+        let take = data.len().min(d.missing());
+        self.placed_from.get_or_insert(d.received);
         if self.frame.ddgst {
             let f = self.frame;
             let have = get_bytes(&self.buf, f.data_start..self.filled);
@@ -303,6 +337,7 @@ impl PduReader {
         self.filled = 0;
         self.digest_error = None;
         self.skipped_digest = None;
+        self.placed_from = None;
         self.stage = Stage::Common;
     }
 
@@ -505,7 +540,7 @@ impl PduReader {
         check_header(&f, pdu).ok()?;
         let out = match data_digest_error(&f, pdu, None) {
             Some(e) => Err(e),
-            None => Ok(parse(&f, pdu)),
+            None => Ok(parse(&f, pdu, f.data_len)),
         };
         Some((f.plen, Some(out)))
     }
@@ -718,7 +753,8 @@ impl PduReader {
     }
 
     fn parse(&self) -> Pdu<'_> {
-        parse(&self.frame, &self.buf)
+        let f = &self.frame;
+        parse(f, &self.buf, self.placed_from.unwrap_or(f.data_len))
     }
 }
 
@@ -864,10 +900,13 @@ fn cid(kind: Kind, pdu: &[u8]) -> u16 {
     get_u16(pdu, at..at + 2)
 }
 
-/// The PDU `f` describes, from its checked bytes.
-fn parse<'b>(f: &Frame, pdu: &'b [u8]) -> Pdu<'b> {
+/// The PDU `f` describes, from its checked bytes, of which the first `held` data
+/// bytes are in `pdu` (a data PDU's others were received elsewhere).
+fn parse<'b>(f: &Frame, pdu: &'b [u8], held: usize) -> Pdu<'b> {
     let hdr = get_bytes(pdu, 0..f.hlen);
-    let data = get_bytes(pdu, f.data_start..f.data_start + f.data_len);
+    let data = get_bytes(pdu, f.data_start..f.data_start + f.data_len.min(held));
+    // DATAL was checked against the PDU length, which fits in 32 bits.
+    let datal = u32::try_from(f.data_len).unwrap_or(u32::MAX);
     match f.kind {
         Kind::IcReq => {
             let v = IcReq::new_unchecked(hdr);
@@ -910,6 +949,7 @@ fn parse<'b>(f: &Frame, pdu: &'b [u8]) -> Pdu<'b> {
                 cid: v.command_id(),
                 ttag: v.ttag(),
                 datao: v.data_offset(),
+                datal,
                 last: f.flags & flags::DATA_LAST != 0,
                 data,
             }
@@ -920,6 +960,7 @@ fn parse<'b>(f: &Frame, pdu: &'b [u8]) -> Pdu<'b> {
                 cid: v.command_id(),
                 ttag: v.ttag(),
                 datao: v.data_offset(),
+                datal,
                 last: f.flags & flags::DATA_LAST != 0,
                 success: f.flags & flags::DATA_SUCCESS != 0,
                 data,

@@ -40,6 +40,7 @@ mod connection;
 mod error;
 mod framer;
 pub mod negotiate;
+mod receive;
 mod send_queue;
 mod transfer;
 mod writer;
@@ -55,10 +56,9 @@ pub use framer::{DataProgress, Pdu, PduReader};
 pub use negotiate::{
     ConfigError, ControllerConfig, HostConfig, IcReqParams, IcRespParams, Negotiated,
 };
+pub use receive::{Receiver, DIRECT_MIN, SMALL_RX};
 pub use send_queue::{SendData, SendQueue, ZERO_COPY_MIN};
-pub use transfer::{
-    HostData, HostTransfer, InPlace, R2tWindows, TransferError, DIRECT_MIN, SMALL_RX,
-};
+pub use transfer::{HostData, HostTransfer, R2tWindows, TransferError};
 pub use writer::{encode_icreq, encode_icresp, encode_term_req, PduWriter};
 
 use crate::wire::tcp::{flags, pdu_type, CMD_HDR_LEN, DATA_HDR_LEN, ICREQ_LEN, ICRESP_LEN};

@@ -10,26 +10,17 @@
 //! * [`R2tWindows`] (controller): the R2Ts sent for a host-to-controller command and
 //!   the H2CData each outstanding window still expects;
 //! * [`HostTransfer`] (host): how far R2Ts asked for a write command's data and how
-//!   far C2HData filled a read command's buffer;
-//! * [`InPlace`] (either, one per connection): whether the data PDU being read goes
-//!   straight into its command's buffer instead of through the framer's.
+//!   far C2HData filled a read command's buffer.
+//!
+//! (Whether a data PDU's data goes straight into its command's buffer is the
+//! connection's receive loop's decision: `super::receive`.)
 //!
 //! A PDU that breaks these rules is a [`TransferError`]: the connection ends with a
 //! termination request carrying its Fatal Error Status and Information. Nothing here
-//! does I/O or touches a buffer: the drivers move the bytes, in the order these
-//! checks allow. The per-PDU methods are `#[inline]`: they run in the drivers'
+//! does I/O or touches a buffer. The per-PDU methods are `#[inline]`: they run in the drivers'
 //! crates, which are built without LTO.
 
 use crate::wire::tcp::{offset, term_fes};
-
-/// A socket read goes straight into a command's buffer when at least this much of
-/// the data PDU's data is missing (less: one ordinary read takes it with what
-/// follows).
-pub const DIRECT_MIN: usize = 16 * 1024;
-
-/// Bytes read into the receive buffer after a large data PDU received in place: the
-/// next PDUs' headers, not the next PDU's data (which then goes in place too).
-pub const SMALL_RX: usize = 256;
 
 /// A data or R2T PDU that does not fit its command: the connection ends with a
 /// termination request carrying `fes` and `fei`.
@@ -317,67 +308,6 @@ impl HostTransfer {
         // `end` is at most `len`, a u32.
         self.c2h_end = self.c2h_end.max(u32::try_from(end).unwrap_or(u32::MAX));
         Ok(())
-    }
-}
-
-/// Where the data of the data PDU being read goes, for one connection: straight into
-/// its command's buffer once enough of it is missing, then all the rest of that PDU
-/// too; and after a large PDU received that way, a small next read, so that the next
-/// PDU's data goes in place as well.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct InPlace {
-    /// The PDU being read is received in place: how many of its data bytes the
-    /// framer held when that started (the handler copies only those).
-    started: Option<usize>,
-    /// The last data PDU was large and received in place.
-    large: bool,
-}
-
-impl InPlace {
-    /// How many bytes of a data PDU of `len` bytes, `received` of them in the framer
-    /// already, go in place: the missing part when at least `min` bytes are missing or
-    /// the PDU is already being received this way. The caller then checks that the
-    /// PDU is one its handler would accept.
-    #[inline]
-    pub fn wanted(&self, received: usize, len: usize, min: usize) -> Option<usize> {
-        let missing = len.checked_sub(received)?;
-        if missing == 0 || (missing < min && self.started.is_none()) {
-            return None;
-        }
-        Some(missing)
-    }
-
-    /// Bytes of the PDU went in place; `received` is what the framer held of its
-    /// data before the first of them.
-    #[inline]
-    pub fn placed(&mut self, received: usize) {
-        self.started.get_or_insert(received);
-    }
-
-    /// A data PDU of `len` bytes is handled: how many of its data bytes the handler
-    /// copies (all when it was not received in place). Remembers whether it was large.
-    #[inline]
-    pub fn finish(&mut self, len: usize) -> usize {
-        let started = self.started.take();
-        self.large = started.is_some() && len >= DIRECT_MIN;
-        started.unwrap_or(len)
-    }
-
-    /// The PDU was dropped (its digest failed, the connection ended): what went in
-    /// place counts for nothing.
-    #[inline]
-    pub fn abandon(&mut self) {
-        self.started = None;
-    }
-
-    /// How much the next ordinary read takes, out of a buffer of `cap` bytes.
-    #[inline]
-    pub fn read_len(&self, cap: usize) -> usize {
-        if self.large {
-            SMALL_RX.min(cap)
-        } else {
-            cap
-        }
     }
 }
 

@@ -104,34 +104,3 @@ fn host_c2h_checks_direction_and_length() {
         Some((term_fes::INVALID_HEADER_FIELD, offset::COMMAND_ID))
     );
 }
-
-#[test]
-fn in_place_starts_past_the_threshold_and_keeps_the_rest_of_the_pdu() {
-    let mut p = InPlace::default();
-    assert_eq!(p.wanted(0, DIRECT_MIN - 1, DIRECT_MIN), None);
-    assert_eq!(
-        p.wanted(100, 100 + DIRECT_MIN, DIRECT_MIN),
-        Some(DIRECT_MIN)
-    );
-    assert_eq!(
-        p.wanted(10, 5, DIRECT_MIN),
-        None,
-        "more held than the PDU has"
-    );
-    p.placed(100);
-    p.placed(5000);
-    // Once started, the rest goes in place however little is missing.
-    assert_eq!(p.wanted(200_000, 200_001, DIRECT_MIN), Some(1));
-    assert_eq!(p.wanted(7, 7, DIRECT_MIN), None, "nothing missing");
-    assert_eq!(
-        p.finish(200_001),
-        100,
-        "the handler copies what the framer held"
-    );
-    assert_eq!(p.read_len(65536), SMALL_RX);
-    assert_eq!(p.finish(4096), 4096, "not in place: all of it");
-    assert_eq!(p.read_len(65536), 65536);
-    p.placed(0);
-    p.abandon();
-    assert_eq!(p.finish(DIRECT_MIN), DIRECT_MIN);
-}

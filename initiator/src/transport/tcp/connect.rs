@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use nvmf_common::tls::{self, Records, Socket, TlsError};
+use nvmf_common::transport::tcp::SendQueue;
 use nvmf_common::transport::tcp::{Connection, Event, FramerError, HostConfig, PduWriter, Role};
-use nvmf_common::transport::tcp::{InPlace, SendQueue};
 use nvmf_common::wire::tcp::NVME_TCP_ADMIN_CCSZ;
 
 use super::{describe_term, Conn, QueueParams, TcpFabric, TcpHostQueue, TransportError, RX_CHUNK};
@@ -181,7 +181,6 @@ impl TcpHostQueue {
                 tx: SendQueue::default(),
                 sent: 0,
                 cqes: Vec::with_capacity(usize::from(depth)),
-                in_place: InPlace::default(),
             },
             dead: None,
             empty: false,

@@ -44,7 +44,7 @@ use std::sync::Arc;
 use nvmf_common::tls::{ConfiguredPsk, Socket};
 use nvmf_common::transport::tcp::negotiate::MAX_PDU_DATA;
 use nvmf_common::transport::tcp::{Connection, Negotiated, PduWriter, SendData, SendQueue};
-use nvmf_common::transport::tcp::{HostData, HostTransfer, InPlace, TransferError};
+use nvmf_common::transport::tcp::{HostData, HostTransfer, TransferError};
 use nvmf_common::types::Qid;
 use nvmf_common::wire::cqe::CQE_LEN;
 use nvmf_common::wire::sgl::SglDescriptor;
@@ -267,9 +267,6 @@ struct Conn {
     sent: u64,
     /// Completions ready for the caller.
     cqes: Vec<[u8; CQE_LEN]>,
-    /// Whether the C2HData PDU being read goes straight into its command's buffer,
-    /// and how large the next socket read is.
-    in_place: InPlace,
 }
 
 impl Conn {

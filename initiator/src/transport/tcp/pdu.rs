@@ -4,7 +4,7 @@
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::{DataProgress, Event, FramerError, Pdu, ZERO_COPY_MIN};
+use nvmf_common::transport::tcp::{DataProgress, Event, FramerError, Pdu, Receiver, ZERO_COPY_MIN};
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::status::Status;
 use nvmf_common::wire::tcp::{flags, offset, pdu_type, pdu_type_name, term_fes};
@@ -13,12 +13,7 @@ use super::{describe_term, Cmd, Conn, Fatal, WriteData, DATA_DIGEST_STATUS};
 
 impl Conn {
     /// What the connection made of one PDU.
-    pub(super) fn on_event(&mut self, ev: Event<'_>) -> Result<(), Fatal> {
-        if !matches!(ev, Event::Pdu(_)) {
-            // A PDU that failed its digest (or a dead connection): whatever was
-            // received straight into a buffer is dropped with the rest of it.
-            self.in_place.abandon();
-        }
+    fn handle_event(&mut self, ev: Event<'_>) -> Result<(), Fatal> {
         match ev {
             Event::Pdu(pdu) => self.on_pdu(pdu),
             Event::DataDigest {
@@ -49,31 +44,6 @@ impl Conn {
         }
     }
 
-    /// Where the rest of the C2HData PDU `d` goes when it is put straight into its
-    /// command's buffer: when at least `min` bytes are missing (or the PDU is already
-    /// being received this way) and the
-    /// PDU fits a read command that has not failed (anything else takes the ordinary
-    /// path, which reports what is wrong).
-    pub(super) fn direct_dst(&mut self, d: &DataProgress, min: usize) -> Option<&mut [u8]> {
-        // Once started, the whole rest of the PDU's data goes this way (the handler
-        // copies only the bytes the framer got first).
-        let missing = self.in_place.wanted(d.received, d.len, min)?;
-        let cmd = self.slots.get(usize::from(d.cid))?.as_ref()?;
-        if !cmd.xfer.fits_c2h(d.datao, d.len) || cmd.failed.is_some() {
-            return None;
-        }
-        let buf = cmd.buf.as_ref()?;
-        if (d.datao as usize).checked_add(d.len)? > buf.len {
-            return None;
-        }
-        let at = buf.offset + d.datao as usize + d.received;
-        // SAFETY: a read command's buffer belongs to the transport until the command
-        // completes: the caller does not touch it and nothing else writes it (TCP has
-        // no DMA). The range lies inside the buffer (checked above and by
-        // `slice_mut`), and the borrow ends with the socket read into it.
-        unsafe { buf.buf.slice_mut(at, missing) }
-    }
-
     fn slot(&mut self, cid: u16) -> Option<&mut Cmd> {
         self.slots
             .get_mut(usize::from(cid))
@@ -94,31 +64,23 @@ impl Conn {
     fn on_pdu(&mut self, pdu: Pdu<'_>) -> Result<(), Fatal> {
         match pdu {
             Pdu::CapsuleResp { cqe } => {
-                self.in_place.abandon();
                 self.on_resp(cqe);
                 Ok(())
             }
             Pdu::C2HData {
                 cid,
                 datao,
+                datal,
                 success,
                 data,
                 ..
-            } => {
-                // The bytes the handler copies: all but those received in place.
-                let held = self.in_place.finish(data.len());
-                let held = data.get(..held).unwrap_or(data);
-                self.on_c2h_data(cid, datao, data.len(), success, held)
-            }
+            } => self.on_c2h_data(cid, datao, datal as usize, success, data),
             Pdu::R2T {
                 cid,
                 ttag,
                 offset,
                 length,
-            } => {
-                self.in_place.abandon();
-                self.on_r2t(cid, ttag, offset, length)
-            }
+            } => self.on_r2t(cid, ttag, offset, length),
             // Termination requests arrive as `Event::PeerTerminated`.
             other => Err(Fatal::new(
                 format!(
@@ -147,7 +109,7 @@ impl Conn {
     }
 
     /// C2HData of `datal` bytes at `datao`; `data` is what the framer holds of them
-    /// (all unless the rest was received in place, see `direct_dst`).
+    /// (all unless the rest was received in place, see `destination`).
     fn on_c2h_data(
         &mut self,
         cid: u16,
@@ -274,5 +236,34 @@ impl Conn {
             c.tx_end = pos;
         }
         Ok(())
+    }
+}
+
+impl Receiver for Conn {
+    type Error = Fatal;
+
+    /// Where the rest of the C2HData PDU `d` goes when it is put straight into its
+    /// command's buffer: when the PDU fits a read command that has not failed
+    /// (anything else takes the ordinary path, which reports what is wrong).
+    #[inline]
+    fn destination(&mut self, d: &DataProgress) -> Option<&mut [u8]> {
+        let cmd = self.slots.get(usize::from(d.cid))?.as_ref()?;
+        if !cmd.xfer.fits_c2h(d.datao, d.len) || cmd.failed.is_some() {
+            return None;
+        }
+        let buf = cmd.buf.as_ref()?;
+        if (d.datao as usize).checked_add(d.len)? > buf.len {
+            return None;
+        }
+        // SAFETY: a read command's buffer belongs to the transport until the command
+        // completes: the caller does not touch it and nothing else writes it (TCP has
+        // no DMA). The range lies inside the buffer (checked above and by
+        // `slice_mut`), and the borrow ends with the copy or socket read into it.
+        unsafe { buf.buf.slice_mut(buf.offset + d.missing_at(), d.missing()) }
+    }
+
+    #[inline]
+    fn on_event(&mut self, ev: Event<'_>) -> Result<(), Fatal> {
+        self.handle_event(ev)
     }
 }

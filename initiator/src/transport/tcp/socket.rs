@@ -10,7 +10,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::{Event, DIRECT_MIN};
+use nvmf_common::transport::tcp::{Receiver, DIRECT_MIN};
 
 use super::{Fatal, TcpHostQueue, TransportError, READS_PER_POLL, TERM_SEND_TIMEOUT};
 
@@ -98,40 +98,13 @@ impl TcpHostQueue {
         let mut drained = false;
         let tls = self.sock.is_tls();
         loop {
-            // Hand every complete PDU in `rx` to the handlers. A PDU that lies whole
-            // in `rx` is handled where it is; the data of a larger C2HData PDU is
-            // copied from `rx` straight into its command's buffer.
-            while self.rx_start < self.rx_end {
+            // Hand every complete PDU in `rx` to the handlers (the connection puts the
+            // data of a C2HData PDU that `rx` does not hold whole straight into its
+            // command's buffer).
+            if self.rx_start < self.rx_end {
                 let input = self.rx.get(self.rx_start..self.rx_end).unwrap_or(&[]);
-                let progress = self.tcp.data_in_progress();
-                if let Some(d) = progress {
-                    if let Some(dst) = self.conn.direct_dst(&d, 0) {
-                        let n = dst.len().min(input.len());
-                        if let (Some(to), Some(from)) = (dst.get_mut(..n), input.get(..n)) {
-                            to.copy_from_slice(from);
-                            self.tcp.skip_data(to);
-                        }
-                        self.conn.in_place.placed(d.received);
-                        self.rx_start += n;
-                        self.take_ready()?;
-                        continue;
-                    }
-                }
-                let conn = &mut self.conn;
-                let handle = |ev: Event<'_>| conn.on_event(ev);
-                let (n, out) = if progress.is_some() {
-                    // Not for a buffer of ours: the ordinary path reports it.
-                    self.tcp.read(input, handle)
-                } else {
-                    self.tcp.read_to_data(input, handle)
-                };
-                self.rx_start += n;
-                match out {
-                    // Stopped at the start of data (see above), or all consumed.
-                    None if n > 0 => continue,
-                    None => break,
-                    Some(r) => r?,
-                }
+                self.rx_start = self.rx_end;
+                self.tcp.receive(input, &mut self.conn)?;
             }
             // Another read would most likely find nothing (one system call saved).
             if (reads >= READS_PER_POLL && !self.sock.buffered()) || drained {
@@ -140,32 +113,30 @@ impl TcpHostQueue {
             self.rx_start = 0;
             self.rx_end = 0;
             // The rest of a large C2HData PDU goes straight into its command's buffer.
-            if let Some(d) = self.tcp.data_in_progress() {
-                if let Some(dst) = self.conn.direct_dst(&d, DIRECT_MIN) {
-                    let want = dst.len();
-                    match self.sock.read(dst) {
-                        Ok(0) => {
-                            return Err(Fatal::quiet(
-                                "the controller closed the connection in the middle of a PDU"
-                                    .into(),
-                            ))
-                        }
-                        Ok(n) => {
-                            reads += 1;
-                            self.empty = false;
-                            drained = n < want && !tls;
-                            self.tcp.skip_data(dst.get(..n).unwrap_or(&[]));
-                            self.conn.in_place.placed(d.received);
-                            self.take_ready()?;
-                            continue;
-                        }
-                        Err(e) => return self.read_error(e),
+            let wanted = self.tcp.wants_in_place(DIRECT_MIN);
+            if let Some(dst) = wanted.and_then(|d| self.conn.destination(&d)) {
+                let want = dst.len();
+                match self.sock.read(dst) {
+                    Ok(0) => {
+                        return Err(Fatal::quiet(
+                            "the controller closed the connection in the middle of a PDU".into(),
+                        ))
                     }
+                    Ok(n) => {
+                        reads += 1;
+                        self.empty = false;
+                        drained = n < want && !tls;
+                        self.tcp.placed(dst.get(..n).unwrap_or(&[]));
+                        // The PDU those bytes completed, if they did.
+                        self.tcp.receive(&[], &mut self.conn)?;
+                        continue;
+                    }
+                    Err(e) => return self.read_error(e),
                 }
             }
             // After a large C2HData PDU another is likely: read little, so that its
             // data goes straight into its buffer rather than through `rx`.
-            let cap = self.conn.in_place.read_len(self.rx.len());
+            let cap = self.tcp.read_len(self.rx.len());
             match self.sock.read(self.rx.get_mut(..cap).unwrap_or(&mut [])) {
                 Ok(0) => {
                     let mid = if self.tcp.awaiting_peer() {
@@ -185,15 +156,6 @@ impl TcpHostQueue {
                 }
                 Err(e) => return self.read_error(e),
             }
-        }
-    }
-
-    /// Handles the PDU that data skipped in the framer completed, if it did.
-    fn take_ready(&mut self) -> Result<(), Fatal> {
-        let conn = &mut self.conn;
-        match self.tcp.read(&[], |ev| conn.on_event(ev)) {
-            (_, None) => Ok(()),
-            (_, Some(r)) => r,
         }
     }
 
