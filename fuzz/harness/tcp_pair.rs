@@ -19,8 +19,8 @@
 use std::time::{Duration, Instant};
 
 use nvmf_common::transport::tcp::{
-    Connection, ControllerConfig, DataProgress, Event, FramerError, HostConfig, HostData,
-    HostTransfer, Pdu, PduWriter, R2tWindows, Receiver, TransferError, DIRECT_MIN,
+    data_pieces, Connection, ControllerConfig, DataProgress, Event, FramerError, HostConfig,
+    HostData, HostTransfer, Pdu, PduWriter, R2tWindows, Receiver, TransferError, DIRECT_MIN,
 };
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::sgl::SglDescriptor;
@@ -195,9 +195,8 @@ impl Pair {
         let Some(c) = self.cmds.get_mut(usize::from(cid)) else {
             return;
         };
-        while let Some(r) = c.r2t.next_r2t(c.len, maxh2c, limit) {
-            let _ = w.r2t(cid, cid, r.0, r.1, &mut self.ctrl.out);
-        }
+        c.r2t
+            .send_r2ts(&w, cid, cid, c.len, maxh2c, limit, &mut self.ctrl.out);
     }
 }
 
@@ -437,13 +436,9 @@ fn on_host_event(p: &mut Pair, ev: Event<'_>) -> Next {
             if let Err(e) = c.host.accept_r2t(cid, offset, length) {
                 return Next::Refuse(e);
             }
-            let mut at = offset;
-            let stop = offset + length;
-            while at < stop {
-                let n = (stop - at).min(maxh2c);
-                let data: Vec<u8> = (at..at + n).map(|i| pattern(cid, i as usize)).collect();
-                let _ = w.h2c_data(cid, ttag, at, &data, at + n == stop, &mut p.host.out);
-                at += n;
+            for piece in data_pieces(offset, length, maxh2c, false) {
+                let data: Vec<u8> = piece.range().map(|i| pattern(cid, i)).collect();
+                let _ = w.h2c_data(cid, ttag, piece.datao, &data, piece.last, &mut p.host.out);
             }
             Next::Go
         }

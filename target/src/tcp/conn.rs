@@ -15,7 +15,7 @@ use nix::sys::epoll::EpollFlags;
 use tracing::{debug, warn};
 
 use nvmf_common::tls::Socket;
-use nvmf_common::transport::tcp::{Connection, Event, FramerError};
+use nvmf_common::transport::tcp::{data_pieces, Connection, Event, FramerError};
 use nvmf_common::transport::tcp::{Negotiated, Pdu, PduWriter};
 use nvmf_common::transport::tcp::{R2tWindows, TransferError};
 use nvmf_common::wire::sqe::SQE_LEN;
@@ -328,18 +328,10 @@ impl TcpTransport {
         let Some(slot) = q.slots.get_mut(usize::from(si)) else {
             return;
         };
-        let len = slot.req.plan.len;
-        let cid = slot.req.cid();
-        let st = &mut slot.t.r2t;
-        let mut n = 0;
-        while let Some(r2t) = st.next_r2t(len, maxh2c, limit) {
-            if w.r2t(cid, si, r2t.0, r2t.1, &mut q.t.tx.bytes).is_err() {
-                st.unsend(r2t);
-                break;
-            }
-            n += 1;
-        }
-        bump(&rt.stats.r2ts, n);
+        let (cid, len) = (slot.req.cid(), slot.req.plan.len);
+        let out = &mut q.t.tx.bytes;
+        let n = slot.t.r2t.send_r2ts(&w, cid, si, len, maxh2c, limit, out);
+        bump(&rt.stats.r2ts, n as u64);
         self.mark_dirty(ci);
     }
 
@@ -414,7 +406,7 @@ impl TcpTransport {
     /// Queues the controller-to-host data (if any) and the response of a finished
     /// command, then frees its slot.
     pub(super) fn send_c2h_and_response(&mut self, rt: &mut Runtime<Self>, ci: u16, si: u16) {
-        let chunk = self.opts.c2h_chunk.max(1) as usize;
+        let chunk = self.opts.c2h_chunk.max(1);
         let cqe = rt.fill_cqe(ci, si);
         let Some(q) = rt.queue_mut(ci) else { return };
         let (Some(w), Some(cqe)) = (q.t.writer, cqe) else {
@@ -440,41 +432,31 @@ impl TcpTransport {
                 // until the last PDU using it is written, so nothing writes these bytes
                 // while they are read here or queued for the socket.
                 let data = unsafe { arena.slice(base, b.slice.len) }.unwrap_or(&[]);
-                let total = data.len();
-                // The last chunk sent from the buffer itself takes the buffer along.
-                let last_zc = data.chunks(chunk).rposition(|p| p.len() >= ZERO_COPY_MIN);
+                let total = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                let pieces = data_pieces(0, total, chunk, sqflow_disabled);
+                // The last piece sent from the buffer itself takes the buffer along.
+                let last_zc = pieces
+                    .clone()
+                    .filter(|p| p.len as usize >= ZERO_COPY_MIN)
+                    .last();
                 let mut buf = Some(b);
-                let mut off = 0usize;
-                for (i, piece) in data.chunks(chunk).enumerate() {
-                    let last = off + piece.len() >= total;
-                    let success = last && sqflow_disabled;
-                    if piece.len() >= ZERO_COPY_MIN {
-                        if let Err(e) =
-                            w.c2h_data_head(cid, off as u32, piece, last, success, &mut c.tx.bytes)
-                        {
-                            err = Some(e);
-                            break;
-                        }
-                        let seg = DmaSlice::new(arena.clone(), base + off, piece.len());
-                        let release = if Some(i) == last_zc { buf.take() } else { None };
-                        match seg {
-                            Some(slice) => c.tx.push_data(PoolData { slice, release }),
+                for p in pieces {
+                    let piece = data.get(p.range()).unwrap_or(&[]);
+                    let by_ref = || {
+                        let release = if Some(p) == last_zc { buf.take() } else { None };
+                        let at = base + p.range().start;
+                        match DmaSlice::new(arena.clone(), at, piece.len()) {
+                            Some(slice) => Some(PoolData { slice, release }),
                             None => {
                                 spare = release;
-                                err = Some(nvmf_common::wire::WireError::Invalid(
-                                    "C2H data outside its buffer",
-                                ));
-                                break;
+                                None
                             }
                         }
-                        w.data_trailer(piece, &mut c.tx.bytes);
-                    } else if let Err(e) =
-                        w.c2h_data(cid, off as u32, piece, last, success, &mut c.tx.bytes)
-                    {
+                    };
+                    if let Err(e) = c.tx.push_data_pdu(&w, cid, 0, p, piece, by_ref) {
                         err = Some(e);
                         break;
                     }
-                    off += piece.len();
                     c2h += 1;
                 }
                 // Not queued by reference: back to the pool with the slot.

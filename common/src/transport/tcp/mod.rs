@@ -43,6 +43,7 @@ pub mod negotiate;
 mod receive;
 mod send_queue;
 mod transfer;
+mod transmit;
 mod writer;
 
 #[cfg(test)]
@@ -59,6 +60,7 @@ pub use negotiate::{
 pub use receive::{Receiver, DIRECT_MIN, SMALL_RX};
 pub use send_queue::{SendData, SendQueue, ZERO_COPY_MIN};
 pub use transfer::{HostData, HostTransfer, R2tWindows, TransferError};
+pub use transmit::{data_pieces, DataPiece};
 pub use writer::{encode_icreq, encode_icresp, encode_term_req, PduWriter};
 
 use crate::wire::tcp::{flags, pdu_type, CMD_HDR_LEN, DATA_HDR_LEN, ICREQ_LEN, ICRESP_LEN};

@@ -4,7 +4,7 @@
 
 use tracing::warn;
 
-use nvmf_common::transport::tcp::{DataProgress, Event, FramerError, Pdu, Receiver, ZERO_COPY_MIN};
+use nvmf_common::transport::tcp::{data_pieces, DataProgress, Event, FramerError, Pdu, Receiver};
 use nvmf_common::wire::cqe::{Cqe, CQE_LEN};
 use nvmf_common::wire::status::Status;
 use nvmf_common::wire::tcp::{flags, offset, pdu_type, pdu_type_name, term_fes};
@@ -200,36 +200,24 @@ impl Conn {
         // completes, and nothing else writes it (TCP has no DMA); the borrow ends with
         // the copies into H2CData PDUs below.
         let whole = unsafe { buf.buf.slice(buf.offset, buf.len) }.unwrap_or(&[]);
-        let mut at = r2to;
-        let stop = r2to + r2tl;
-        while at < stop {
-            let n = (stop - at).min(maxh2cdata);
-            let Some(piece) = whole.get(at as usize..(at + n) as usize) else {
+        for p in data_pieces(r2to, r2tl, maxh2cdata, false) {
+            let Some(piece) = whole.get(p.range()) else {
                 return Err(Fatal::quiet(format!(
-                    "R2T for command id {cid}: cannot read bytes {at}..{} of its buffer",
-                    at + n
+                    "R2T for command id {cid}: cannot read bytes {:?} of its buffer",
+                    p.range()
                 )));
             };
-            let last = at + n == stop;
-            let encoded = if piece.len() >= ZERO_COPY_MIN {
-                // Sent from the command's buffer, not copied.
-                self.writer
-                    .h2c_data_head(cid, ttag, at, piece, last, &mut self.tx.bytes)
-                    .map(|_| {
-                        self.tx.push_data(WriteData {
-                            buf: buf.buf.clone(),
-                            offset: buf.offset + at as usize,
-                            len: piece.len(),
-                        });
-                        self.writer.data_trailer(piece, &mut self.tx.bytes);
-                    })
-            } else {
-                self.writer
-                    .h2c_data(cid, ttag, at, piece, last, &mut self.tx.bytes)
-                    .map(|_| ())
+            // Large data is sent from the command's buffer, not copied.
+            let by_ref = || {
+                Some(WriteData {
+                    buf: buf.buf.clone(),
+                    offset: buf.offset + p.range().start,
+                    len: piece.len(),
+                })
             };
-            encoded.map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
-            at += n;
+            self.tx
+                .push_data_pdu(&self.writer, cid, ttag, p, piece, by_ref)
+                .map_err(|e| Fatal::quiet(format!("encoding H2CData: {e}")))?;
         }
         let pos = self.tx_position();
         if let Some(c) = self.slot(cid) {

@@ -1,0 +1,179 @@
+//! What either end sends for a command's data, decided once for both: the data PDUs
+//! that carry it (H2CData answering an R2T, C2HData carrying read data), split at the
+//! limit and flagged, each queued by reference to the command's buffer when its data
+//! is large and copied otherwise; and the controller's R2Ts.
+//!
+//! The driver lends the buffer (the bytes, and a handle on them that the send queue
+//! holds until they are written: [`SendData`]); everything about the PDUs is here.
+
+use std::ops::Range;
+
+use super::{PduWriter, R2tWindows, Role, SendData, SendQueue, ZERO_COPY_MIN};
+use crate::wire::WireError;
+
+/// One data PDU of a transfer: where its data lies in the command's data, and its
+/// flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataPiece {
+    /// DATAO.
+    pub datao: u32,
+    /// DATAL.
+    pub len: u32,
+    /// LAST_PDU: the last PDU of the R2T's window (H2CData) or of the command's data
+    /// (C2HData).
+    pub last: bool,
+    /// SUCCESS (C2HData only): the command completed successfully and no
+    /// CapsuleResp follows.
+    pub success: bool,
+}
+
+impl DataPiece {
+    /// The piece's bytes in the command's data.
+    #[inline]
+    pub fn range(&self) -> Range<usize> {
+        let start = self.datao as usize;
+        start..start + self.len as usize
+    }
+}
+
+/// The data PDUs that carry `len` bytes of a command's data from `start`, each at most
+/// `max` bytes (the controller's MAXH2CDATA for H2CData, its own chunk size for
+/// C2HData): LAST_PDU on the last, and SUCCESS there too when `success`.
+#[inline]
+pub fn data_pieces(
+    start: u32,
+    len: u32,
+    max: u32,
+    success: bool,
+) -> impl Iterator<Item = DataPiece> + Clone {
+    let max = max.max(1);
+    let stop = start.saturating_add(len);
+    let count = len.div_ceil(max);
+    (0..count).map(move |i| {
+        let datao = start + i * max;
+        let len = (stop - datao).min(max);
+        let last = datao + len == stop;
+        DataPiece {
+            datao,
+            len,
+            last,
+            success: last && success,
+        }
+    })
+}
+
+impl<D: SendData> SendQueue<D> {
+    /// Queues data PDU `p` of command `cid` carrying `data` (the bytes of
+    /// `p.range()`): H2CData with the R2T's `ttag` from a host, C2HData from a
+    /// controller. Data of at least [`ZERO_COPY_MIN`] bytes is queued by reference,
+    /// as the segment `by_ref` gives (None: it cannot be, and the PDU is not queued);
+    /// shorter data is copied.
+    pub fn push_data_pdu(
+        &mut self,
+        w: &PduWriter,
+        cid: u16,
+        ttag: u16,
+        p: DataPiece,
+        data: &[u8],
+        by_ref: impl FnOnce() -> Option<D>,
+    ) -> Result<(), WireError> {
+        if data.len() != p.len as usize {
+            return Err(WireError::Invalid("data PDU bytes differ from its length"));
+        }
+        if data.len() < ZERO_COPY_MIN {
+            return w.data_pdu(cid, ttag, &p, data, &mut self.bytes);
+        }
+        let Some(seg) = by_ref() else {
+            return Err(WireError::Invalid("data PDU outside its buffer"));
+        };
+        w.data_pdu_head(cid, ttag, &p, data, &mut self.bytes)?;
+        self.push_data(seg);
+        w.data_trailer(data, &mut self.bytes);
+        Ok(())
+    }
+}
+
+impl PduWriter {
+    /// Appends the head of data PDU `p` (H2CData from a host, C2HData from a
+    /// controller), for its data to be sent from where it lies.
+    fn data_pdu_head(
+        &self,
+        cid: u16,
+        ttag: u16,
+        p: &DataPiece,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<usize, WireError> {
+        match self.role() {
+            Role::Host => self.h2c_data_head(cid, ttag, p.datao, data, p.last, out),
+            Role::Controller => self.c2h_data_head(cid, p.datao, data, p.last, p.success, out),
+        }
+    }
+
+    /// Appends data PDU `p` whole.
+    fn data_pdu(
+        &self,
+        cid: u16,
+        ttag: u16,
+        p: &DataPiece,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        let r = match self.role() {
+            Role::Host => self.h2c_data(cid, ttag, p.datao, data, p.last, out),
+            Role::Controller => self.c2h_data(cid, p.datao, data, p.last, p.success, out),
+        };
+        r.map(|_| ())
+    }
+}
+
+impl R2tWindows {
+    /// Appends the R2Ts for the next windows of command `cid` (`len` bytes; `ttag`
+    /// names it in the H2CData) to `out`, each asking for at most `maxh2cdata` bytes,
+    /// while fewer than `limit` are outstanding; returns how many.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_r2ts(
+        &mut self,
+        w: &PduWriter,
+        cid: u16,
+        ttag: u16,
+        len: u32,
+        maxh2cdata: u32,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        let mut n = 0;
+        while let Some(r2t) = self.next_r2t(len, maxh2cdata, limit) {
+            if w.r2t(cid, ttag, r2t.0, r2t.1, out).is_err() {
+                self.unsend(r2t);
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_at_the_limit_and_flag_the_last() {
+        let p: Vec<_> = data_pieces(4096, 10_000, 4096, true).collect();
+        let want = [
+            (4096, 4096, false),
+            (8192, 4096, false),
+            (12288, 1808, true),
+        ];
+        assert_eq!(p.len(), want.len());
+        for (p, (o, l, last)) in p.iter().zip(want) {
+            assert_eq!((p.datao, p.len, p.last, p.success), (o, l, last, last));
+        }
+        assert_eq!(data_pieces(0, 0, 4096, true).count(), 0);
+        let one: Vec<_> = data_pieces(0, 5, 0, false).collect();
+        assert_eq!(one.len(), 5, "a limit of 0 counts as 1");
+        assert!(one.iter().all(|p| !p.success));
+        assert_eq!(one[4].range(), 4..5);
+    }
+}
