@@ -2,7 +2,7 @@
 //! identities ([`psk`]), the PSK-only handshake ([`handshake`]) and the protected
 //! stream the framer reads and writes ([`socket`]), or the kernel's TLS once the keys
 //! are handed over ([`ktls`]). OpenSSL 3 does the cryptography;
-//! the callbacks it needs for external PSKs are the only FFI here ([`ffi`]).
+//! the callbacks it needs for external PSKs are the only FFI here (`ffi`).
 
 mod ffi;
 pub mod handshake;

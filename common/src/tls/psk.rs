@@ -10,7 +10,7 @@
 //!   `NVMe1RHH <NQNh> <NQNc> <digest>` (version 1, the digest being
 //!   base64(HMAC(retained, NQNh || " " || NQNc || " " || "NVMe-over-Fabrics")));
 //! - the **TLS PSK** = HKDF-Expand-Label(HKDF-Extract(0, retained), "nvme-tls-psk",
-//!   context, L), the context being the identity (version 0) or "HH <digest>"
+//!   context, L), the context being the identity (version 0) or `"HH <digest>"`
 //!   (version 1).
 //!
 //! HH in the identity names the cipher suite's hash: 01 TLS_AES_128_GCM_SHA256,

@@ -9,7 +9,8 @@
 //! A connection's life, controller side:
 //!
 //! 1. [`Connection::controller`] with a [`ControllerConfig`]. Feed it the socket's
-//!    bytes with [`Connection::read`].
+//!    bytes with [`Connection::receive`], lending a [`Receiver`] (the driver's event
+//!    handling, and its commands' buffers for data PDUs' data).
 //! 2. The first PDU must be an ICReq; the reader validates it against the
 //!    configuration ([`negotiate::accept_icreq`]) and the connection hands out
 //!    [`Event::Established`] with the [`Negotiated`] parameters, the [`PduWriter`] to
@@ -26,9 +27,14 @@
 //! queues the ICReq; the ICResp is checked by [`negotiate::accept_icresp`]).
 //!
 //! What a data or R2T PDU means for its command is checked against that command's
-//! transfer state, also kept here for both roles ([`R2tWindows`] on the controller,
-//! [`HostTransfer`] on the host), and both drivers decide with [`InPlace`] when a
-//! data PDU's data goes straight into its command's buffer.
+//! transfer state, also defined here for both roles ([`R2tWindows`] on the
+//! controller, [`HostTransfer`] on the host; one value in each driver's command slot).
+//! The receive loop (`receive.rs`) decides when a data PDU's data goes straight into
+//! its command's buffer, for both ends. What goes out for a command's data is decided
+//! here too (`transmit.rs`): the R2Ts ([`R2tWindows::send_r2ts`]) and the data PDUs
+//! ([`data_pieces`], queued by [`SendQueue::push_data_pdu`]: by reference when large).
+//! The drivers keep the sockets, the buffers they lend, their command slots and their
+//! timers.
 //!
 //! Behaviour follows the NVMe/TCP Transport Specification 1.0 as Linux
 //! (`drivers/nvme/{host,target}/tcp.c`), SPDK (`lib/nvmf/tcp.c`) and FreeBSD
