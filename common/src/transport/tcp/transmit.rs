@@ -68,6 +68,7 @@ impl<D: SendData> SendQueue<D> {
     /// controller. Data of at least [`ZERO_COPY_MIN`] bytes is queued by reference,
     /// as the segment `by_ref` gives (None: it cannot be, and the PDU is not queued);
     /// shorter data is copied.
+    #[inline]
     pub fn push_data_pdu(
         &mut self,
         w: &PduWriter,
@@ -81,12 +82,12 @@ impl<D: SendData> SendQueue<D> {
             return Err(WireError::Invalid("data PDU bytes differ from its length"));
         }
         if data.len() < ZERO_COPY_MIN {
-            return w.data_pdu(cid, ttag, &p, data, &mut self.bytes);
+            return w.data_pdu(cid, ttag, &p, data, true, &mut self.bytes);
         }
         let Some(seg) = by_ref() else {
             return Err(WireError::Invalid("data PDU outside its buffer"));
         };
-        w.data_pdu_head(cid, ttag, &p, data, &mut self.bytes)?;
+        w.data_pdu(cid, ttag, &p, data, false, &mut self.bytes)?;
         self.push_data(seg);
         w.data_trailer(data, &mut self.bytes);
         Ok(())
@@ -94,36 +95,26 @@ impl<D: SendData> SendQueue<D> {
 }
 
 impl PduWriter {
-    /// Appends the head of data PDU `p` (H2CData from a host, C2HData from a
-    /// controller), for its data to be sent from where it lies.
-    fn data_pdu_head(
-        &self,
-        cid: u16,
-        ttag: u16,
-        p: &DataPiece,
-        data: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Result<usize, WireError> {
-        match self.role() {
-            Role::Host => self.h2c_data_head(cid, ttag, p.datao, data, p.last, out),
-            Role::Controller => self.c2h_data_head(cid, p.datao, data, p.last, p.success, out),
-        }
-    }
-
-    /// Appends data PDU `p` whole.
+    /// Appends data PDU `p` (H2CData from a host, C2HData from a controller): whole,
+    /// or only its head, for its data to be sent from where it lies.
+    #[inline]
     fn data_pdu(
         &self,
         cid: u16,
         ttag: u16,
         p: &DataPiece,
         data: &[u8],
+        whole: bool,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
-        let r = match self.role() {
-            Role::Host => self.h2c_data(cid, ttag, p.datao, data, p.last, out),
-            Role::Controller => self.c2h_data(cid, p.datao, data, p.last, p.success, out),
+        let plen = match self.role() {
+            Role::Host => self.h2c_data_head(cid, ttag, p.datao, data, p.last, out)?,
+            Role::Controller => self.c2h_data_head(cid, p.datao, data, p.last, p.success, out)?,
         };
-        r.map(|_| ())
+        if whole {
+            self.data_and_trailer(plen, data, out);
+        }
+        Ok(())
     }
 }
 
@@ -132,6 +123,7 @@ impl R2tWindows {
     /// names it in the H2CData) to `out`, each asking for at most `maxh2cdata` bytes,
     /// while fewer than `limit` are outstanding; returns how many.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn send_r2ts(
         &mut self,
         w: &PduWriter,

@@ -152,7 +152,7 @@ impl PduWriter {
     }
 
     /// Appends a data PDU's data and trailer after its head; returns `plen`.
-    fn data_and_trailer(&self, plen: usize, data: &[u8], out: &mut Vec<u8>) -> usize {
+    pub(super) fn data_and_trailer(&self, plen: usize, data: &[u8], out: &mut Vec<u8>) -> usize {
         out.extend_from_slice(data);
         self.data_trailer(data, out);
         plen
