@@ -27,6 +27,7 @@ pub mod rdma;
 pub mod resv;
 pub mod runtime;
 pub mod subsystem;
+pub mod subsystem_ctrls;
 pub mod target;
 pub mod tcp;
 pub mod visibility;

@@ -1,9 +1,12 @@
 //! NVM subsystems.
 //!
-//! A [`Subsystem`] owns its namespaces ([`crate::namespace`]) and the set of live controllers. It is shared
-//! (`Arc`) by the target and every controller of it. Namespaces are `Arc`s so that a
+//! A [`Subsystem`] owns its namespaces ([`crate::namespace`]) and the set of live
+//! controllers (their ids here; the typed view, and what the subsystem tells them, in
+//! [`crate::subsystem_ctrls`]). It is shared (`Arc`) by the target and every controller of
+//! it. Namespaces are `Arc`s so that a
 //! namespace removed while I/O runs stays alive until that I/O completes.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
@@ -11,7 +14,6 @@ use parking_lot::{Mutex, RwLock};
 
 use nvmf_common::types::{Cntlid, Nqn, Nsid};
 
-use crate::controller::Controller;
 use crate::namespace::retire_namespace;
 use crate::passthru::serve::{PassthruSubsystem, ServedNamespaces};
 // Namespaces have a file of their own; the integration tests (and embedders) name
@@ -53,16 +55,18 @@ pub struct Subsystem {
     allow_any_host: RwLock<bool>,
     hosts: RwLock<HashSet<Nqn>>,
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
-    ctrls: Mutex<CtrlTable>,
+    pub(crate) ctrls: Mutex<CtrlTable>,
     /// The device of a passthru subsystem, whose namespaces these are.
     passthru: std::sync::OnceLock<Arc<PassthruSubsystem>>,
 }
 
-struct CtrlTable {
+pub(crate) struct CtrlTable {
     next: u16,
     min: u16,
     max: u16,
-    live: HashMap<u16, Weak<Controller>>,
+    /// Live controllers by id, each a `Controller` (typed in `crate::subsystem_ctrls`, so
+    /// that this file, below `controller.rs`, does not name it).
+    pub(crate) live: HashMap<u16, Weak<dyn Any + Send + Sync>>,
 }
 
 impl Subsystem {
@@ -236,60 +240,6 @@ impl Subsystem {
         v
     }
 
-    /// Changes which hosts see namespace `nsid`, in place (no reopen, I/O goes on).
-    /// Only the controllers whose host gained or lost it get Namespace Attribute
-    /// Changed; returns how many. None: no such namespace.
-    pub fn set_visibility(&self, nsid: Nsid, auto_visible: bool, hosts: &[Nqn]) -> Option<usize> {
-        let ns = self.namespace(nsid)?;
-        let before: Vec<(Arc<Controller>, bool)> = self
-            .controllers()
-            .into_iter()
-            .map(|c| {
-                let saw = ns.visible_to(&c.hostnqn);
-                (c, saw)
-            })
-            .collect();
-        ns.visibility.set(auto_visible, hosts);
-        let mut notified = 0;
-        for (c, saw) in before {
-            if saw != ns.visible_to(&c.hostnqn) {
-                c.namespace_changed(nsid);
-                notified += 1;
-            }
-        }
-        Some(notified)
-    }
-
-    /// Tells the controllers whose host sees namespace `nsid` now, or saw it before
-    /// (`saw`), that it changed: a host that never sees it hears nothing.
-    fn notify_ns_changed(&self, nsid: Nsid, saw: &dyn Fn(&Nqn) -> bool) {
-        let now = self.namespace(nsid);
-        for c in self.controllers() {
-            let sees = now.as_ref().is_some_and(|n| n.visible_to(&c.hostnqn));
-            if sees || saw(&c.hostnqn) {
-                c.namespace_changed(nsid);
-            }
-        }
-    }
-
-    /// Live controllers.
-    pub fn controllers(&self) -> Vec<Arc<Controller>> {
-        self.ctrls
-            .lock()
-            .live
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect()
-    }
-
-    pub fn controller(&self, cntlid: Cntlid) -> Option<Arc<Controller>> {
-        self.ctrls
-            .lock()
-            .live
-            .get(&cntlid.0)
-            .and_then(Weak::upgrade)
-    }
-
     /// Whether `id` lies in this subsystem's controller id range (configfs
     /// `attr_cntlid_min`..=`attr_cntlid_max`).
     pub fn cntlid_in_range(&self, id: Cntlid) -> bool {
@@ -315,14 +265,6 @@ impl Subsystem {
             }
         }
         None
-    }
-
-    /// Records a live controller under its id (allocated by [`Subsystem::alloc_cntlid`]).
-    pub fn register_controller(&self, ctrl: &Arc<Controller>) {
-        self.ctrls
-            .lock()
-            .live
-            .insert(ctrl.cntlid.0, Arc::downgrade(ctrl));
     }
 
     pub fn unregister_controller(&self, cntlid: Cntlid) {

@@ -433,17 +433,16 @@ impl TcpTransport {
                 // while they are read here or queued for the socket.
                 let data = unsafe { arena.slice(base, b.slice.len) }.unwrap_or(&[]);
                 let total = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                let pieces = data_pieces(0, total, chunk, sqflow_disabled);
-                // The last piece sent from the buffer itself takes the buffer along.
-                let last_zc = pieces
-                    .clone()
-                    .filter(|p| p.len as usize >= ZERO_COPY_MIN)
-                    .last();
                 let mut buf = Some(b);
-                for p in pieces {
+                for p in data_pieces(0, total, chunk, sqflow_disabled) {
                     let piece = data.get(p.range()).unwrap_or(&[]);
+                    // The last piece sent from the buffer itself takes the buffer
+                    // along: a piece sent by reference (at least ZERO_COPY_MIN long)
+                    // after which less than ZERO_COPY_MIN follows (at most one piece,
+                    // copied: the pieces before the last are as long as this one).
+                    let takes_buf = data.len() - p.range().end < ZERO_COPY_MIN;
                     let by_ref = || {
-                        let release = if Some(p) == last_zc { buf.take() } else { None };
+                        let release = if takes_buf { buf.take() } else { None };
                         let at = base + p.range().start;
                         match DmaSlice::new(arena.clone(), at, piece.len()) {
                             Some(slice) => Some(PoolData { slice, release }),

@@ -73,7 +73,7 @@ enum State {
 /// One NVMe/TCP connection's protocol state (see the module documentation).
 #[derive(Debug)]
 pub struct Connection {
-    reader: PduReader,
+    pub(super) reader: PduReader,
     state: State,
     negotiated: Option<Negotiated>,
     /// The first bytes of the PDU being read (of the last one until the next starts).
@@ -81,9 +81,6 @@ pub struct Connection {
     hdr_len: usize,
     /// The last PDU was handed out: the next byte read starts a new one.
     pdu_done: bool,
-    /// The last data PDU was large and received (in part) in place (see
-    /// [`Connection::read_len`]).
-    pub(super) large_placed: bool,
     /// A PDU the connection sends itself (ICResp, a termination request), lent out in
     /// an event.
     control: Vec<u8>,
@@ -124,7 +121,6 @@ impl Connection {
             hdr: [0; HEADER_KEEP],
             hdr_len: 0,
             pdu_done: false,
-            large_placed: false,
             control: Vec::new(),
             timeout,
             last_progress: now,
@@ -235,9 +231,6 @@ impl Connection {
                     }
                     Some(Ok(pdu)) => {
                         self.pdu_done = true;
-                        if let Some(large) = super::receive::large_placed(&pdu) {
-                            self.large_placed = large;
-                        }
                         Event::Pdu(pdu)
                     }
                     Some(Err(error)) if !error.is_fatal() => {

@@ -216,6 +216,9 @@ pub struct PduReader {
     /// How many data bytes of the current PDU the buffer held when the rest started
     /// to be received elsewhere ([`skip_data`](PduReader::skip_data)).
     placed_from: Option<usize>,
+    /// DATAL of the last data PDU handed out, when part of its data was received
+    /// elsewhere (None when it all went through the reader).
+    last_placed: Option<usize>,
     error: Option<FramerError>,
     error_header_len: usize,
 }
@@ -249,6 +252,7 @@ impl PduReader {
             digest_error: None,
             skipped_digest: None,
             placed_from: None,
+            last_placed: None,
             error: None,
             error_header_len: 0,
         }
@@ -271,6 +275,13 @@ impl PduReader {
     /// The size of the PDU buffer: the longest PDU this reader accepts.
     pub fn max_pdu_len(&self) -> usize {
         self.buf.len()
+    }
+
+    /// DATAL of the last data PDU handed out, if part of its data was received
+    /// elsewhere ([`skip_data`](PduReader::skip_data)); None if all of it went
+    /// through the reader.
+    pub fn last_data_placed(&self) -> Option<usize> {
+        self.last_placed
     }
 
     /// The fatal error that poisoned the reader, if any.
@@ -529,7 +540,7 @@ impl PduReader {
     /// buffered path reports with its exact state).
     #[allow(clippy::type_complexity)]
     fn read_in_place<'b>(
-        &self,
+        &mut self,
         bytes: &'b [u8],
     ) -> Option<(usize, Option<Result<Pdu<'b>, FramerError>>)> {
         let f = self.check_common(bytes.get(..HDR_LEN)?).ok()?;
@@ -540,7 +551,12 @@ impl PduReader {
         check_header(&f, pdu).ok()?;
         let out = match data_digest_error(&f, pdu, None) {
             Some(e) => Err(e),
-            None => Ok(parse(&f, pdu, f.data_len)),
+            None => {
+                if matches!(f.kind, Kind::H2CData | Kind::C2HData) {
+                    self.last_placed = None;
+                }
+                Ok(parse(&f, pdu, f.data_len))
+            }
         };
         Some((f.plen, Some(out)))
     }
@@ -752,8 +768,11 @@ impl PduReader {
         self.stage = Stage::Ready;
     }
 
-    fn parse(&self) -> Pdu<'_> {
+    fn parse(&mut self) -> Pdu<'_> {
         let f = &self.frame;
+        if matches!(f.kind, Kind::H2CData | Kind::C2HData) {
+            self.last_placed = self.placed_from.map(|_| f.data_len);
+        }
         parse(f, &self.buf, self.placed_from.unwrap_or(f.data_len))
     }
 }
@@ -905,8 +924,8 @@ fn cid(kind: Kind, pdu: &[u8]) -> u16 {
 fn parse<'b>(f: &Frame, pdu: &'b [u8], held: usize) -> Pdu<'b> {
     let hdr = get_bytes(pdu, 0..f.hlen);
     let data = get_bytes(pdu, f.data_start..f.data_start + f.data_len.min(held));
-    // DATAL was checked against the PDU length, which fits in 32 bits.
-    let datal = u32::try_from(f.data_len).unwrap_or(u32::MAX);
+    // DATAL came from a 32-bit field (and was checked against the PDU length).
+    let datal = f.data_len as u32;
     match f.kind {
         Kind::IcReq => {
             let v = IcReq::new_unchecked(hdr);

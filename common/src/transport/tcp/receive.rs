@@ -20,7 +20,7 @@
 //! there; the handler gets in [`Pdu::H2CData`] / [`Pdu::C2HData`] `data` only the
 //! bytes the framer held before, and DATAL for the whole.
 
-use super::{Connection, DataProgress, Event, Pdu};
+use super::{Connection, DataProgress, Event};
 
 /// A socket read goes straight into a command's buffer when at least this much of
 /// the data PDU's data is missing (less: one ordinary read takes it with what
@@ -59,11 +59,14 @@ pub trait Receiver {
 impl Connection {
     /// Runs every PDU `input` completes, handing each event to `rx`, and puts the
     /// data of a data PDU that `input` does not hold whole into its command's buffer
-    /// (see the module documentation). With empty `input`, hands out the PDU whose
-    /// data [`placed`](Connection::placed) completed, if it did. Stops at the first
-    /// handler error, or when `rx` stopped.
-    #[inline]
+    /// (see the module documentation). Stops at the first handler error, or when `rx`
+    /// stopped. (Empty `input`: as [`receive_placed`](Connection::receive_placed).)
+    // Inlined into each driver's read loop, as the loop it replaces was.
+    #[inline(always)]
     pub fn receive<R: Receiver>(&mut self, mut input: &[u8], rx: &mut R) -> Result<(), R::Error> {
+        if input.is_empty() {
+            return self.receive_placed(rx);
+        }
         // A data PDU whose data is being collected: one left from the last call, or
         // one whose header `read_to_data` stopped after (asked only then: most PDUs
         // lie whole in `input`).
@@ -91,6 +94,14 @@ impl Connection {
                 self.data_in_progress()
             };
         }
+    }
+
+    /// After a socket read into a command's buffer ([`placed`](Connection::placed)):
+    /// hands the PDU whose data that completed to `rx`, if it did (nothing to place,
+    /// no lookup).
+    #[inline]
+    pub fn receive_placed<R: Receiver>(&mut self, rx: &mut R) -> Result<(), R::Error> {
+        self.read(&[], |ev| rx.on_event(ev)).1.unwrap_or(Ok(()))
     }
 
     /// Copies the start of `input` into the destination of data PDU `d`; how many
@@ -124,9 +135,9 @@ impl Connection {
     }
 
     /// Counts `bytes`, the next data bytes of the PDU being read, which the driver put
-    /// into its command's buffer. [`receive`](Connection::receive) with no input then
+    /// into its command's buffer. [`receive_placed`](Connection::receive_placed) then
     /// hands the PDU out once it is complete (a data digest, if any, still comes
-    /// through `receive`).
+    /// through [`receive`](Connection::receive)).
     #[inline]
     pub fn placed(&mut self, bytes: &[u8]) {
         self.skip_data(bytes);
@@ -135,23 +146,10 @@ impl Connection {
     /// How much the next read into the driver's buffer of `cap` bytes should take.
     #[inline]
     pub fn read_len(&self, cap: usize) -> usize {
-        if self.large_placed {
-            SMALL_RX.min(cap)
-        } else {
-            cap
+        match self.reader.last_data_placed() {
+            Some(len) if len >= DIRECT_MIN => SMALL_RX.min(cap),
+            _ => cap,
         }
-    }
-}
-
-/// For a data PDU, whether it is large and its data went (in part) straight into its
-/// command's buffer, so that the next one likely will too; None for other PDUs.
-#[inline]
-pub(super) fn large_placed(pdu: &Pdu<'_>) -> Option<bool> {
-    match *pdu {
-        Pdu::H2CData { datal, data, .. } | Pdu::C2HData { datal, data, .. } => {
-            Some(data.len() < datal as usize && datal as usize >= DIRECT_MIN)
-        }
-        _ => None,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::transport::tcp::connection_tests::established;
-use crate::transport::tcp::{HostConfig, PduWriter};
+use crate::transport::tcp::{HostConfig, Pdu, PduWriter};
 use crate::wire::cqe::CQE_LEN;
 
 const READ_CID: u16 = 4;

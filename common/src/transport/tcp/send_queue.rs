@@ -79,6 +79,7 @@ impl<D: SendData> SendQueue<D> {
     }
 
     /// Turns bytes appended since the last call into a segment.
+    #[inline]
     fn seal(&mut self) {
         let len = self.bytes.len();
         if len <= self.sealed {
@@ -97,6 +98,7 @@ impl<D: SendData> SendQueue<D> {
 
     /// Queues `data` (by reference) after what is queued; it comes back from
     /// [`advance`](SendQueue::advance) once it is written.
+    #[inline]
     pub fn push_data(&mut self, data: D) {
         self.seal();
         let len = data.bytes().len();

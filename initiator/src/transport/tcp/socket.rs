@@ -128,7 +128,7 @@ impl TcpHostQueue {
                         drained = n < want && !tls;
                         self.tcp.placed(dst.get(..n).unwrap_or(&[]));
                         // The PDU those bytes completed, if they did.
-                        self.tcp.receive(&[], &mut self.conn)?;
+                        self.tcp.receive_placed(&mut self.conn)?;
                         continue;
                     }
                     Err(e) => return self.read_error(e),
