@@ -16,9 +16,8 @@
 //! not failed a digest); anything else goes through the framer's buffer and the
 //! ordinary checks, which report it.
 
-use nvmf_common::transport::tcp::{DataProgress, Event, Receiver};
+use nvmf_common::transport::tcp::{DataProgress, Event, Receiver, TransferError};
 
-use super::conn::ProtocolError;
 use super::transport::TcpTransport;
 use crate::backend::DmaSlice;
 use crate::runtime::{ReqState, Runtime};
@@ -81,7 +80,8 @@ pub(super) struct Rx<'a> {
 }
 
 impl Receiver for Rx<'_> {
-    type Error = ProtocolError;
+    // The transport's `ProtocolError` (`conn.rs`, which this file sits below).
+    type Error = TransferError;
 
     #[inline]
     fn destination(&mut self, d: &DataProgress) -> Option<&mut [u8]> {
@@ -98,7 +98,7 @@ impl Receiver for Rx<'_> {
     }
 
     #[inline]
-    fn on_event(&mut self, event: Event<'_>) -> Result<(), ProtocolError> {
+    fn on_event(&mut self, event: Event<'_>) -> Result<(), TransferError> {
         self.tp.on_event(self.rt, self.ci, event)
     }
 
