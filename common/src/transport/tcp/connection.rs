@@ -207,9 +207,12 @@ impl Connection {
         to_data: bool,
         handle: impl FnOnce(Event<'_>) -> R,
     ) -> (usize, Option<R>) {
-        let (used, event) = match self.state {
-            State::Closed => return (0, None),
-            State::Initializing => self.initialization_event(input),
+        match self.state {
+            State::Closed => (0, None),
+            State::Initializing => {
+                let (used, event) = self.initialization_event(input);
+                (used, event.map(handle))
+            }
             State::Established => {
                 if self.pdu_done && !input.is_empty() {
                     self.hdr_len = 0;
@@ -241,10 +244,10 @@ impl Connection {
                     // The reader is poisoned: nothing borrows it any more.
                     Some(Err(error)) => self.fail(error),
                 };
-                (used, Some(event))
+                // Handed over where it is built (not through an `Option` first).
+                (used, Some(handle(event)))
             }
-        };
-        (used, event.map(handle))
+        }
     }
 
     /// Before initialization completed: only an ICReq (controller) or ICResp (host)
