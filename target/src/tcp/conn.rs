@@ -440,7 +440,7 @@ impl TcpTransport {
                     // along: a piece sent by reference (at least ZERO_COPY_MIN long)
                     // after which less than ZERO_COPY_MIN follows (at most one piece,
                     // copied: the pieces before the last are as long as this one).
-                    let takes_buf = data.len() - p.range().end < ZERO_COPY_MIN;
+                    let takes_buf = data.len().saturating_sub(p.range().end) < ZERO_COPY_MIN;
                     let by_ref = || {
                         let release = if takes_buf { buf.take() } else { None };
                         let at = base + p.range().start;

@@ -38,7 +38,7 @@ impl DataProgress {
     /// Data bytes not received yet.
     #[inline]
     pub fn missing(&self) -> usize {
-        self.len - self.received
+        self.len.saturating_sub(self.received)
     }
 
     /// Where the missing bytes start in the command's data (DATAO + received).

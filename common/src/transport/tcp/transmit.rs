@@ -47,8 +47,9 @@ pub fn data_pieces(
     success: bool,
 ) -> impl Iterator<Item = DataPiece> + Clone {
     let max = max.max(1);
+    // Never past the end of the 32-bit offset space (so no sum below overflows).
     let stop = start.saturating_add(len);
-    let count = len.div_ceil(max);
+    let count = (stop - start).div_ceil(max);
     (0..count).map(move |i| {
         let datao = start + i * max;
         let len = (stop - datao).min(max);
@@ -167,5 +168,11 @@ mod tests {
         assert_eq!(one.len(), 5, "a limit of 0 counts as 1");
         assert!(one.iter().all(|p| !p.success));
         assert_eq!(one[4].range(), 4..5);
+        // At the end of the offset space: cut there, no overflow.
+        let top: Vec<_> = data_pieces(u32::MAX - 5, 100, 4, false).collect();
+        assert_eq!(top.iter().map(|p| p.len).sum::<u32>(), 5);
+        assert!(top
+            .last()
+            .is_some_and(|p| p.last && p.datao + p.len == u32::MAX));
     }
 }
