@@ -8,7 +8,7 @@ use nvmf_common::types::Qid;
 use crate::command::SqeBytes;
 use crate::error::Error;
 use crate::queue::{CommandAges, Completion, Queue};
-use crate::transport::{DataDir, IoBuf};
+use crate::transport::{DataDir, IoBuf, WaitOn};
 
 /// Commands completed through one path (multipath), for reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,11 @@ pub trait IoQueue: Send {
     fn flush(&mut self) -> Result<(), Error>;
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<usize, Error>;
     fn wait(&mut self, timeout: Duration);
+    /// What [`IoQueue::wait`] would block on, for a thread that blocks on several
+    /// queues at once ([`WaitOn::Opaque`] unless the queue can tell).
+    fn wait_on(&self) -> WaitOn<'_> {
+        WaitOn::Opaque
+    }
     /// Clock-driven work (command timeouts; paths rejoining).
     fn expire(&mut self, now: Instant);
     /// Takes a replacement after [`IoQueue::is_broken`] (a reconnected controller's
@@ -85,6 +90,10 @@ impl IoQueue for Queue {
 
     fn wait(&mut self, timeout: Duration) {
         Queue::wait(self, timeout)
+    }
+
+    fn wait_on(&self) -> WaitOn<'_> {
+        Queue::wait_on(self)
     }
 
     fn expire(&mut self, now: Instant) {

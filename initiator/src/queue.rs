@@ -38,7 +38,7 @@ use nvmf_common::wire::status::{Sct, Status};
 
 use crate::command::SqeBytes;
 use crate::error::Error;
-use crate::transport::{DataDir, HostQueue, IoBuf};
+use crate::transport::{DataDir, HostQueue, IoBuf, WaitOn};
 
 mod stuck;
 
@@ -375,6 +375,15 @@ impl Queue {
     pub fn wait(&mut self, timeout: Duration) {
         if self.pending.is_empty() {
             self.t.wait(timeout);
+        }
+    }
+
+    /// What [`Queue::wait`] would block on (see [`WaitOn`]).
+    pub fn wait_on(&self) -> WaitOn<'_> {
+        if self.pending.is_empty() {
+            self.t.wait_on()
+        } else {
+            WaitOn::Now
         }
     }
 

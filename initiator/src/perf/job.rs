@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use nix::poll::PollFd;
 
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::status::Sct;
@@ -37,15 +38,21 @@ use crate::ioqueue::{IoQueue, PathIos};
 use crate::queue::{CommandAges, Completion};
 use crate::reconnect::RetryPolicy;
 use crate::requeue::{Generation, Recovery, MAX_FRUITLESS_RECONNECTS};
-use crate::transport::{DataDir, IoBuf};
+use crate::transport::{poll_timeout, DataDir, IoBuf, WaitOn};
 
 /// How long the loop polls without a completion before it blocks in `wait`. While
 /// I/O is in flight an answer normally comes within microseconds and a blocking
 /// wake-up costs far more (tens of µs to a scheduler tick on these VMs), so spin;
 /// block only when the target has gone quiet.
 pub(super) const SPIN_TIME: Duration = Duration::from_millis(1);
-/// The longest block in `wait` between polls.
+/// The longest block in `wait` between polls, for a queue that can only be waited on
+/// alone ([`WaitOn::Opaque`]).
 pub(super) const WAIT_SLICE: Duration = Duration::from_millis(1);
+/// The longest block when every queue of a thread can be waited on at once: any answer
+/// wakes the thread, so only the clock-driven checks (every [`HOUSEKEEPING`]) bound it.
+/// A host that sleeps beside others (a throttled neighbour, `--idle-spin 0`) then wakes
+/// about a hundred times a second, not once per [`WAIT_SLICE`] per queue.
+pub(super) const WAIT_ALL: Duration = HOUSEKEEPING;
 /// How often the loop checks the clock-driven conditions.
 pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
 /// A polling loop's idle time: it spins for its spin time ([`SPIN_TIME`] by default,
@@ -533,6 +540,24 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
     }
 }
 
+/// Blocks until one of `runners`' queues may have something or `timeout` passes,
+/// when every queue can say what it would block on; returns at once when one has
+/// something already. `false`: some queue can only be waited on alone (the caller then
+/// waits on one queue at a time).
+pub(super) fn wait_all<Q: IoQueue>(runners: &[JobRunner<'_, Q>], timeout: Duration) -> bool {
+    let mut fds = Vec::with_capacity(runners.len());
+    for r in runners {
+        match r.q.wait_on() {
+            WaitOn::Now => return true,
+            WaitOn::Fd(fd, ev) => fds.push(PollFd::new(fd, ev)),
+            WaitOn::Opaque => return false,
+        }
+    }
+    // An error (EINTR) only ends the block early: the next pass polls every queue.
+    let _ = nix::poll::poll(&mut fds, poll_timeout(timeout));
+    true
+}
+
 /// Runs one job alone on the calling thread until it ends (see [`JobRunner`]): spins
 /// while completions come, and blocks in the queue's `wait` once it has gone quiet for
 /// [`SPIN_TIME`]. I/O errors, timeouts and a broken queue end the job and are counted
@@ -552,7 +577,7 @@ pub fn run_job<Q: IoQueue>(
             Step::Done => break,
             Step::Busy => spin.busy(),
             Step::Idle => {
-                if spin.idle() {
+                if spin.idle() && !wait_all(std::slice::from_ref(&runner), WAIT_ALL) {
                     runner.wait(WAIT_SLICE);
                 }
             }

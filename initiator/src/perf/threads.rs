@@ -6,7 +6,9 @@
 //! thread never locks. Ordering: a pass calls [`JobRunner::step`] once on every live
 //! job (submit, flush, poll once, account); a job with nothing to reap costs one poll
 //! and does not hold the others up. Only when a whole pass reaped nothing for
-//! [`SPIN_TIME`](super::job::SPIN_TIME) does the thread block, in one job's queue `wait` at a time, taking the
+//! [`SPIN_TIME`](super::job::SPIN_TIME) does the thread block: on all its queues at
+//! once when each can say what it would block on (a socket: [`super::job::wait_all`]),
+//! so any answer wakes it; otherwise in one job's queue `wait` at a time, taking the
 //! jobs in turn, for a share of [`WAIT_SLICE`], so an idle thread sleeps and a woken
 //! queue is served within about one slice. With one job per thread this is exactly
 //! [`super::job::run_job`]'s loop.
@@ -23,7 +25,8 @@ use std::time::Duration;
 
 use super::cpus::pin_current_thread;
 use super::job::{
-    IdleSpin, JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_SLICE,
+    wait_all, IdleSpin, JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_ALL,
+    WAIT_SLICE,
 };
 use crate::error::Error;
 use crate::ioqueue::IoQueue;
@@ -97,7 +100,7 @@ pub(super) fn poll_jobs<Q: IoQueue>(
             spin.busy();
             continue;
         }
-        if spin.idle() {
+        if spin.idle() && !wait_all(&active, WAIT_ALL) {
             let n = active.len().max(1);
             let slice = (WAIT_SLICE / u32::try_from(n).unwrap_or(u32::MAX)).max(MIN_WAIT_SLICE);
             next_wait = (next_wait + 1) % n;
@@ -111,8 +114,13 @@ pub(super) fn poll_jobs<Q: IoQueue>(
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
     use std::sync::Arc;
     use std::time::Instant;
+
+    use nix::poll::PollFlags;
 
     use nvmf_common::types::{Cid, Nsid, Qid};
     use nvmf_common::wire::status::Status;
@@ -123,7 +131,7 @@ mod tests {
     use crate::perf::parse::Rw;
     use crate::perf::verify::VerifyAlg;
     use crate::queue::{Completion, Queue};
-    use crate::transport::DataDir;
+    use crate::transport::{DataDir, WaitOn};
 
     /// How long the slow queue holds its commands.
     const HOLD: Duration = Duration::from_millis(300);
@@ -136,6 +144,20 @@ mod tests {
         slow: bool,
         first: Option<Instant>,
         held: Vec<u64>,
+        /// What `wait_on` offers: a socket, or nothing (the queue can only wait alone).
+        fd: Option<UnixStream>,
+    }
+
+    impl MockQueue {
+        fn new(qid: u16, slow: bool, fd: Option<UnixStream>) -> MockQueue {
+            MockQueue {
+                qid,
+                slow,
+                first: None,
+                held: Vec::new(),
+                fd,
+            }
+        }
     }
 
     impl IoQueue for MockQueue {
@@ -178,6 +200,12 @@ mod tests {
         fn wait(&mut self, timeout: Duration) {
             std::thread::sleep(timeout);
         }
+        fn wait_on(&self) -> WaitOn<'_> {
+            match &self.fd {
+                Some(s) => WaitOn::Fd(s.as_fd(), PollFlags::POLLIN),
+                None => WaitOn::Opaque,
+            }
+        }
         fn expire(&mut self, _now: Instant) {}
         fn install(&mut self, _q: Queue) -> Result<(), Error> {
             Err(Error::InvalidArgument("mock".into()))
@@ -213,28 +241,11 @@ mod tests {
         let _serial = crate::perf::tests::spinning();
         let end = Instant::now() + HOLD / 2;
         let cfgs = [config(0, end), config(1, end)];
-        let bufs: Vec<IoBuf> = (0..DEPTH)
-            .map(|_| IoBuf {
-                buf: Arc::new(DmaBuffer::new(4096).unwrap()),
-                mr: None,
-                offset: 0,
-                len: 4096,
-            })
-            .collect();
+        let bufs = buffers();
         let progress = [JobProgress::default(), JobProgress::default()];
         let stop = AtomicBool::new(false);
-        let mut slow = MockQueue {
-            qid: 1,
-            slow: true,
-            first: None,
-            held: Vec::new(),
-        };
-        let mut fast = MockQueue {
-            qid: 2,
-            slow: false,
-            first: None,
-            held: Vec::new(),
-        };
+        let mut slow = MockQueue::new(1, true, None);
+        let mut fast = MockQueue::new(2, false, None);
         let [c0, c1] = &cfgs;
         let [p0, p1] = &progress;
         let jobs = vec![
@@ -267,5 +278,76 @@ mod tests {
             "the other job went on meanwhile: {ios:?}"
         );
         assert!(out.iter().all(|(_, r)| r.as_ref().unwrap().errors == 0));
+    }
+
+    fn buffers() -> Vec<IoBuf> {
+        (0..DEPTH)
+            .map(|_| IoBuf {
+                buf: Arc::new(DmaBuffer::new(4096).unwrap()),
+                mr: None,
+                offset: 0,
+                len: 4096,
+            })
+            .collect()
+    }
+
+    /// A thread whose queues all offer a socket blocks on all of them in one call: until
+    /// its timeout when none has anything, at once when any one is readable; a queue
+    /// that offers none makes it wait queue by queue instead (`false`, without blocking).
+    #[test]
+    fn an_idle_thread_blocks_on_all_its_queues_at_once() {
+        let end = Instant::now() + Duration::from_secs(60);
+        let cfgs = [config(0, end), config(1, end), config(2, end)];
+        let bufs = buffers();
+        let progress = [
+            JobProgress::default(),
+            JobProgress::default(),
+            JobProgress::default(),
+        ];
+        let stop = AtomicBool::new(false);
+        let pairs: Vec<(UnixStream, UnixStream)> =
+            (0..3).map(|_| UnixStream::pair().unwrap()).collect();
+        let mut queues: Vec<MockQueue> = pairs
+            .iter()
+            .zip(1u16..)
+            .map(|((ours, _), qid)| MockQueue::new(qid, false, Some(ours.try_clone().unwrap())))
+            .collect();
+        let runners: Vec<JobRunner<'_, MockQueue>> = queues
+            .iter_mut()
+            .zip(cfgs.iter().zip(progress.iter()))
+            .map(|(q, (c, p))| JobRunner::new(q, c, &bufs, p, &stop, None).unwrap())
+            .collect();
+
+        let t0 = Instant::now();
+        assert!(wait_all(&runners, WAIT_ALL));
+        assert!(
+            t0.elapsed() >= WAIT_ALL,
+            "nothing was readable: the whole timeout"
+        );
+
+        // The last queue's peer answers: the block ends long before its (long) timeout.
+        let long = Duration::from_secs(30);
+        pairs
+            .last()
+            .unwrap()
+            .1
+            .try_clone()
+            .unwrap()
+            .write_all(&[1])
+            .unwrap();
+        let t0 = Instant::now();
+        assert!(wait_all(&runners, long));
+        assert!(t0.elapsed() < long / 2, "woken by the readable socket");
+        drop(runners);
+
+        let mut opaque = MockQueue::new(9, false, None);
+        let mut with_fd = MockQueue::new(10, false, Some(pairs[0].0.try_clone().unwrap()));
+        let runners = vec![
+            JobRunner::new(&mut with_fd, &cfgs[0], &bufs, &progress[0], &stop, None).unwrap(),
+            JobRunner::new(&mut opaque, &cfgs[1], &bufs, &progress[1], &stop, None).unwrap(),
+        ];
+        let t0 = Instant::now();
+        assert!(!wait_all(&runners, long), "one queue can only wait alone");
+        assert!(t0.elapsed() < long / 2, "and nothing blocked");
     }
 }

@@ -11,9 +11,11 @@
 pub mod rdma;
 pub mod tcp;
 
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::poll::{PollFlags, PollTimeout};
 use nvmf_common::types::Qid;
 use nvmf_verbs::{DmaBuffer, MemoryRegion};
 
@@ -162,6 +164,25 @@ pub trait Fabric: Send + Sync {
 }
 
 /// One connected queue. Used by one thread at a time.
+/// `timeout` as poll(2) takes it: whole milliseconds, rounded up (a shorter block
+/// would return before the wait it was asked for).
+pub(crate) fn poll_timeout(timeout: Duration) -> PollTimeout {
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128);
+    PollTimeout::try_from(ms as i32).unwrap_or(PollTimeout::MAX)
+}
+
+/// What a queue that has nothing to reap now would block on.
+#[derive(Debug)]
+pub enum WaitOn<'a> {
+    /// Something is ready (buffered data, completions not yet taken, a dead queue):
+    /// do not block.
+    Now,
+    /// This descriptor becoming ready for these events.
+    Fd(BorrowedFd<'a>, PollFlags),
+    /// Only the queue's own `wait` can tell (e.g. a verbs completion queue).
+    Opaque,
+}
+
 pub trait HostQueue: Send {
     fn qid(&self) -> Qid;
     /// Entries: at most `depth - 1` commands may be outstanding.
@@ -183,6 +204,11 @@ pub trait HostQueue: Send {
     fn poll(&mut self, out: &mut Vec<[u8; 16]>) -> Result<usize, TransportError>;
     /// Blocks until a response may be ready or `timeout` passes.
     fn wait(&mut self, timeout: Duration);
+    /// What [`HostQueue::wait`] would block on, so that a thread driving several
+    /// queues can block on all of them in one call (see [`WaitOn`]).
+    fn wait_on(&self) -> WaitOn<'_> {
+        WaitOn::Opaque
+    }
     /// Where the outstanding command in `slot` is, for reports of commands that take
     /// too long (never called per I/O). `None`: the transport cannot tell or has no
     /// such command; the queue then reports what it knows (queued until flushed, then

@@ -37,7 +37,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::poll::{PollFd, PollFlags};
 
 use std::sync::Arc;
 
@@ -53,7 +53,10 @@ use nvmf_common::wire::status::{generic, Status};
 use nvmf_common::wire::tcp::term_fes_name;
 use nvmf_verbs::DmaBuffer;
 
-use super::{CommandPhase, DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError};
+use super::{
+    poll_timeout, CommandPhase, DataDir, Fabric, HostQueue, IoBuf, QueueParams, TransportError,
+    WaitOn,
+};
 
 mod connect;
 mod pdu;
@@ -449,21 +452,26 @@ impl HostQueue for TcpHostQueue {
     }
 
     fn wait(&mut self, timeout: Duration) {
+        let WaitOn::Fd(fd, ev) = self.wait_on() else {
+            return;
+        };
+        let mut fds = [PollFd::new(fd, ev)];
+        let _ = nix::poll::poll(&mut fds, poll_timeout(timeout));
+    }
+
+    fn wait_on(&self) -> WaitOn<'_> {
         if self.dead.is_some()
             || self.rx_start < self.rx_end
             || !self.conn.cqes.is_empty()
             || self.sock.buffered()
         {
-            return;
+            return WaitOn::Now;
         }
         let mut ev = PollFlags::POLLIN;
         if self.pending_output() > 0 {
             ev |= PollFlags::POLLOUT;
         }
-        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128);
-        let t = PollTimeout::try_from(ms as i32).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(self.sock.as_fd(), ev)];
-        let _ = nix::poll::poll(&mut fds, t);
+        WaitOn::Fd(self.sock.as_fd(), ev)
     }
 
     fn close(&mut self) {
