@@ -24,6 +24,7 @@ mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/confi
 mkdir -p /scratch
 mount -t tmpfs -o size=1200m tmpfs /scratch
 : > /vmout/results
+: > /vmout/kernel-bugs
 while read -r case; do
   [ -n "$case" ] || continue
   name=$(basename "$case" .sh)
@@ -32,9 +33,17 @@ while read -r case; do
   mkdir -p "$WORK" "$LOG"
   echo "== case $name"
   start=$(date +%s)
+  klines=$(dmesg | wc -l)
   if WORK=$WORK LOG=$LOG sh "$case" < /dev/null; then verdict=PASS; else verdict=FAIL; fi
   secs=$(( $(date +%s) - start ))
   echo "== case $name: $verdict (${secs}s)"
+  # The kernel's log during the case, whole (the console shows only alerts): a kernel bug
+  # our binaries run into is then tied to its case, with its page dump and call trace.
+  dmesg | tail -n +"$((klines + 1))" > "$LOG/kernel.log"
+  if grep -qE 'BUG:|Bad page state|WARNING:|Oops|general protection' "$LOG/kernel.log"; then
+    echo "== case $name: the kernel reported a bug, see logs/$name/kernel.log"
+    echo "$name" >> /vmout/kernel-bugs
+  fi
   echo "$verdict $name $secs" >> /vmout/results
   # Whatever a case left behind must not leak into the next one.
   nvme disconnect-all > /dev/null 2>&1
