@@ -8,9 +8,9 @@
 //! Ordering: each [`JobRunner::step`] refills every free slot, flushes once, polls once,
 //! and records each completion's latency (submit to reap) in nanoseconds. It never
 //! blocks on its queue: a job with nothing to reap hands the thread to the next job,
-//! and the thread blocks (in one queue's `wait`) only when all its jobs have been idle
-//! for [`SPIN_TIME`]. Everything the loop touches is allocated before it starts: one
-//! registered buffer per slot, the slot table, the completion vector, the histograms.
+//! and the thread blocks (on all its queues, or in one queue's `wait`) only when all
+//! its jobs have been idle for [`SPIN_TIME`](super::idle::SPIN_TIME). Everything the
+//! loop touches is allocated before it starts: one registered buffer per slot, the slot table, the completion vector, the histograms.
 //! Per I/O there is no allocation, no lock and no formatting; clocks are read once per
 //! submit batch and once per poll. Housekeeping (end of run, command timeouts,
 //! progress counters) runs every [`HOUSEKEEPING`].
@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use nix::poll::PollFd;
 
 use nvmf_common::types::Nsid;
 use nvmf_common::wire::status::Sct;
@@ -38,71 +37,12 @@ use crate::ioqueue::{IoQueue, PathIos};
 use crate::queue::{CommandAges, Completion};
 use crate::reconnect::RetryPolicy;
 use crate::requeue::{Generation, Recovery, MAX_FRUITLESS_RECONNECTS};
-use crate::transport::{poll_timeout, DataDir, IoBuf, WaitOn};
+use crate::transport::{DataDir, IoBuf, WaitOn};
 
-/// How long the loop polls without a completion before it blocks in `wait`. While
-/// I/O is in flight an answer normally comes within microseconds and a blocking
-/// wake-up costs far more (tens of µs to a scheduler tick on these VMs), so spin;
-/// block only when the target has gone quiet.
-pub(super) const SPIN_TIME: Duration = Duration::from_millis(1);
-/// The longest block in `wait` between polls, for a queue that can only be waited on
-/// alone ([`WaitOn::Opaque`]).
-pub(super) const WAIT_SLICE: Duration = Duration::from_millis(1);
-/// The longest block when every queue of a thread can be waited on at once: any answer
-/// wakes the thread, so only the clock-driven checks (every [`HOUSEKEEPING`]) bound it.
-/// A host that sleeps beside others (a throttled neighbour, `--idle-spin 0`) then wakes
-/// about a hundred times a second, not once per [`WAIT_SLICE`] per queue.
-pub(super) const WAIT_ALL: Duration = HOUSEKEEPING;
+use super::idle::{wait_all, IdleSpin, IDLE_CLOCK_EVERY, WAIT_ALL, WAIT_SLICE};
+
 /// How often the loop checks the clock-driven conditions.
 pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
-/// A polling loop's idle time: it spins for its spin time ([`SPIN_TIME`] by default,
-/// perf's `--idle-spin`) after the last completion, then blocks; while spinning it reads
-/// the clock once in [`IDLE_CLOCK_EVERY`] passes.
-pub(super) struct IdleSpin {
-    spin: Duration,
-    since: Option<Instant>,
-    passes: u32,
-}
-
-impl IdleSpin {
-    /// A loop that spins for `spin` before it blocks (zero: blocks at once).
-    pub(super) fn new(spin: Duration) -> IdleSpin {
-        IdleSpin {
-            spin,
-            since: None,
-            passes: 0,
-        }
-    }
-
-    /// A pass that did work.
-    pub(super) fn busy(&mut self) {
-        self.since = None;
-        self.passes = 0;
-    }
-
-    /// A pass that did nothing: whether the loop has spun long enough to block (the
-    /// spin starts over after it).
-    pub(super) fn idle(&mut self) -> bool {
-        if self.spin.is_zero() {
-            return true;
-        }
-        self.passes = self.passes.wrapping_add(1);
-        if self.since.is_some() && !self.passes.is_multiple_of(IDLE_CLOCK_EVERY) {
-            return false;
-        }
-        let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
-        if now.duration_since(since) < self.spin {
-            return false;
-        }
-        self.busy();
-        true
-    }
-}
-
-/// A queue polled empty reads the clock (for housekeeping) once in this many polls: a
-/// spinning loop otherwise spends a good part of each pass in `clock_gettime`.
-const IDLE_CLOCK_EVERY: u32 = 32;
 /// Width of one bucket of the IOPS timeline.
 pub const TIMELINE_BUCKET: Duration = Duration::from_millis(100);
 /// Highest latency the histograms track (longer ones saturate): 10 minutes.
@@ -516,6 +456,11 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
         self.q.wait(timeout);
     }
 
+    /// What the job's queue would block on (see [`wait_all`]).
+    pub fn wait_on(&self) -> WaitOn<'_> {
+        self.q.wait_on()
+    }
+
     /// The job's index (its place in the report).
     pub fn index(&self) -> u32 {
         self.job.cfg.index
@@ -540,28 +485,10 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
     }
 }
 
-/// Blocks until one of `runners`' queues may have something or `timeout` passes,
-/// when every queue can say what it would block on; returns at once when one has
-/// something already. `false`: some queue can only be waited on alone (the caller then
-/// waits on one queue at a time).
-pub(super) fn wait_all<Q: IoQueue>(runners: &[JobRunner<'_, Q>], timeout: Duration) -> bool {
-    let mut fds = Vec::with_capacity(runners.len());
-    for r in runners {
-        match r.q.wait_on() {
-            WaitOn::Now => return true,
-            WaitOn::Fd(fd, ev) => fds.push(PollFd::new(fd, ev)),
-            WaitOn::Opaque => return false,
-        }
-    }
-    // An error (EINTR) only ends the block early: the next pass polls every queue.
-    let _ = nix::poll::poll(&mut fds, poll_timeout(timeout));
-    true
-}
-
 /// Runs one job alone on the calling thread until it ends (see [`JobRunner`]): spins
-/// while completions come, and blocks in the queue's `wait` once it has gone quiet for
-/// [`SPIN_TIME`]. I/O errors, timeouts and a broken queue end the job and are counted
-/// in its outcome (unless `recovery` replaces the queue); only a bad setup is an `Err`.
+/// while completions come, and blocks on its queue once it has gone quiet for
+/// [`SPIN_TIME`](super::idle::SPIN_TIME). I/O errors, timeouts and a broken queue end
+/// the job and are counted in its outcome (unless `recovery` replaces the queue); only a bad setup is an `Err`.
 pub fn run_job<Q: IoQueue>(
     q: &mut Q,
     cfg: &JobConfig,

@@ -15,6 +15,7 @@
 //! reconnected controller.
 
 pub mod cpus;
+mod idle;
 pub mod job;
 pub mod jobfile;
 pub mod parse;
@@ -109,7 +110,7 @@ impl Default for PerfOptions {
             nsid: Nsid(1),
             seed: DEFAULT_SEED,
             progress: false,
-            idle_spin: job::SPIN_TIME,
+            idle_spin: idle::SPIN_TIME,
         }
     }
 }

@@ -312,9 +312,9 @@ fn a_cpu_outside_the_affinity_mask_is_refused() {
 /// command, verified); the default spins first.
 #[test]
 fn a_zero_idle_spin_blocks_at_once_and_loses_nothing() {
-    let mut zero = super::job::IdleSpin::new(Duration::ZERO);
+    let mut zero = super::idle::IdleSpin::new(Duration::ZERO);
     assert!(zero.idle(), "zero spin blocks at the first idle pass");
-    let mut spin = super::job::IdleSpin::new(super::job::SPIN_TIME);
+    let mut spin = super::idle::IdleSpin::new(super::idle::SPIN_TIME);
     assert!(!spin.idle(), "the default spins before it blocks");
 
     let (_t, c, mut qs) = setup(FakeTargetConfig::default(), 1);

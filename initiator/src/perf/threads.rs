@@ -6,8 +6,8 @@
 //! thread never locks. Ordering: a pass calls [`JobRunner::step`] once on every live
 //! job (submit, flush, poll once, account); a job with nothing to reap costs one poll
 //! and does not hold the others up. Only when a whole pass reaped nothing for
-//! [`SPIN_TIME`](super::job::SPIN_TIME) does the thread block: on all its queues at
-//! once when each can say what it would block on (a socket: [`super::job::wait_all`]),
+//! [`SPIN_TIME`](super::idle::SPIN_TIME) does the thread block: on all its queues at
+//! once when each can say what it would block on (a socket: [`super::idle::wait_all`]),
 //! so any answer wakes it; otherwise in one job's queue `wait` at a time, taking the
 //! jobs in turn, for a share of [`WAIT_SLICE`], so an idle thread sleeps and a woken
 //! queue is served within about one slice. With one job per thread this is exactly
@@ -24,10 +24,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::cpus::pin_current_thread;
-use super::job::{
-    wait_all, IdleSpin, JobConfig, JobOutcome, JobProgress, JobRunner, Step, SPIN_TIME, WAIT_ALL,
-    WAIT_SLICE,
-};
+use super::idle::{wait_all, IdleSpin, SPIN_TIME, WAIT_ALL, WAIT_SLICE};
+use super::job::{JobConfig, JobOutcome, JobProgress, JobRunner, Step};
 use crate::error::Error;
 use crate::ioqueue::IoQueue;
 use crate::requeue::Recovery;
