@@ -82,6 +82,7 @@ impl<D: SendData> SendQueue<D> {
         if data.len() != p.len as usize {
             return Err(WireError::Invalid("data PDU bytes differ from its length"));
         }
+        self.before_data(data.len());
         if data.len() < ZERO_COPY_MIN {
             return w.data_pdu(cid, ttag, &p, data, true, &mut self.bytes);
         }
@@ -150,6 +151,104 @@ impl R2tWindows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::tcp::negotiate::Negotiated;
+    use crate::wire::cqe::CQE_LEN;
+
+    struct Owned(Vec<u8>);
+
+    impl SendData for Owned {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    /// C2HData and deferred responses of many commands, some past the deferral cap,
+    /// written in odd-sized writes, twice (interleaved, then deferred by the burst the
+    /// first write showed): the stream is whole PDUs (type, PLEN), and each command's
+    /// response follows its last data PDU.
+    #[test]
+    fn deferred_responses_keep_the_stream_whole() {
+        const C2H_DATA: u8 = 0x07;
+        const CAPSULE_RESP: u8 = 0x05;
+        for digests in [false, true] {
+            let n = Negotiated {
+                header_digest: digests,
+                data_digest: digests,
+                hpda: 0,
+                cpda: 0,
+                maxh2cdata: 131_072,
+                maxr2t: 0,
+            };
+            let w = PduWriter::new(Role::Controller, &n);
+            let mut q = SendQueue::<Owned>::default();
+            // The first round teaches the queue its burst; the second defers.
+            for _round in 0..2 {
+                // 4 KiB reads (batched), 128 KiB reads in 32 KiB pieces (past the cap) and
+                // short reads whose data is copied.
+                let sizes = [
+                    4096u32, 4096, 131_072, 512, 4096, 131_072, 131_072, 100, 4096,
+                ];
+                for (cid, &len) in sizes.iter().enumerate() {
+                    let cid = cid as u16;
+                    let data = vec![cid as u8; len as usize];
+                    for p in data_pieces(0, len, 32_768, false) {
+                        let piece = &data[p.range()];
+                        q.push_data_pdu(&w, cid, 0, p, piece, || Some(Owned(piece.to_vec())))
+                            .expect("queued");
+                    }
+                    let mut cqe = [0u8; CQE_LEN];
+                    cqe[12..14].copy_from_slice(&cid.to_le_bytes());
+                    w.capsule_resp(&cqe, q.deferred()).expect("response");
+                }
+                let mut stream = Vec::new();
+                let mut written = Vec::new();
+                while q.pending() {
+                    let v = q.iovecs();
+                    let mut take = 9_999usize;
+                    for s in v.iter() {
+                        let t = take.min(s.len());
+                        stream.extend_from_slice(&s[..t]);
+                        take -= t;
+                        if take == 0 {
+                            break;
+                        }
+                    }
+                    let n = 9_999 - take;
+                    drop(v);
+                    q.advance(n, &mut written);
+                }
+                let mut off = 0;
+                let mut last_data = std::collections::HashMap::new();
+                let mut answered = Vec::new();
+                while off < stream.len() {
+                    let pdu = &stream[off..];
+                    let plen = u32::from_le_bytes(pdu[4..8].try_into().expect("plen")) as usize;
+                    match pdu[0] {
+                        C2H_DATA => {
+                            let cid = u16::from_le_bytes([pdu[8], pdu[9]]);
+                            assert!(!answered.contains(&cid), "data of {cid} after its response");
+                            last_data.insert(cid, off);
+                        }
+                        CAPSULE_RESP => {
+                            let cid = u16::from_le_bytes([pdu[8 + 12], pdu[8 + 13]]);
+                            assert!(
+                                last_data.contains_key(&cid),
+                                "response of {cid} before its data"
+                            );
+                            answered.push(cid);
+                        }
+                        t => panic!("PDU type {t:#x} at {off} (digests {digests})"),
+                    }
+                    off += plen;
+                }
+                assert_eq!(off, stream.len());
+                let mut want: Vec<u16> = (0..sizes.len() as u16).collect();
+                answered.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(answered, want);
+            }
+        }
+    }
 
     #[test]
     fn pieces_split_at_the_limit_and_flag_the_last() {
