@@ -324,6 +324,11 @@ mod tests {
 
     /// Writes everything queued, in writes of at most `chunk` bytes; the byte stream.
     fn drain(q: &mut SendQueue<Owned>, chunk: usize) -> Vec<u8> {
+        drain_with(q, chunk).0
+    }
+
+    /// The same, and the data segments handed back.
+    fn drain_with(q: &mut SendQueue<Owned>, chunk: usize) -> (Vec<u8>, Vec<Owned>) {
         let mut stream = Vec::new();
         let mut written = Vec::new();
         while q.pending() {
@@ -340,7 +345,7 @@ mod tests {
             drop(v);
             q.advance(n, &mut written);
         }
-        stream
+        (stream, written)
     }
 
     /// Queues `n` commands as push_data_pdu and the target do (count the data, head,
@@ -433,22 +438,7 @@ mod tests {
         q.bytes.extend_from_slice(b"tail");
         assert_eq!(q.queued(), 4 + 30_000 + 3 + 10_000 + 4);
         // Drain in odd-sized writes and check the byte stream.
-        let mut stream = Vec::new();
-        let mut written = Vec::new();
-        while q.pending() {
-            let v = q.iovecs();
-            let mut n = 0;
-            for s in v.iter() {
-                let take = (7777 - n).min(s.len());
-                stream.extend_from_slice(&s[..take]);
-                n += take;
-                if n == 7777 {
-                    break;
-                }
-            }
-            drop(v);
-            q.advance(n, &mut written);
-        }
+        let (stream, written) = drain_with(&mut q, 7777);
         let mut want = b"head".to_vec();
         want.extend(vec![0xAB; 30_000]);
         want.extend_from_slice(b"mid");
