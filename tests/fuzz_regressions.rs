@@ -59,6 +59,11 @@ fn tcp_pair_inputs() {
 }
 
 #[test]
+fn send_queue_inputs() {
+    replay("send_queue", harness::send_queue::run);
+}
+
+#[test]
 fn tcp_transfer_inputs() {
     replay("tcp_transfer", harness::tcp_transfer::run);
 }

@@ -10,6 +10,7 @@ pub mod connect;
 pub mod dispatcher;
 pub mod input;
 pub mod rig;
+pub mod send_queue;
 pub mod tcp_connection;
 pub mod tcp_framer;
 pub mod tcp_pair;

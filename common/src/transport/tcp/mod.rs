@@ -64,7 +64,7 @@ pub use negotiate::{
     ConfigError, ControllerConfig, HostConfig, IcReqParams, IcRespParams, Negotiated,
 };
 pub use receive::{Receiver, DIRECT_MIN, SMALL_RX};
-pub use send_queue::{SendData, SendQueue, ZERO_COPY_MIN};
+pub use send_queue::{SendData, SendQueue, DEFER_MAX_DATA, ZERO_COPY_MIN};
 pub use transfer::{HostData, HostTransfer, R2tWindows, TransferError};
 pub use transmit::{data_pieces, DataPiece};
 pub use writer::{encode_icreq, encode_icresp, encode_term_req, PduWriter};
