@@ -310,11 +310,11 @@ impl<D: SendData> SendQueue<D> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Data owned by the test.
-    struct Owned(Vec<u8>);
+    pub(in crate::transport::tcp) struct Owned(pub(in crate::transport::tcp) Vec<u8>);
 
     impl SendData for Owned {
         fn bytes(&self) -> &[u8] {
@@ -328,7 +328,10 @@ mod tests {
     }
 
     /// The same, and the data segments handed back.
-    fn drain_with(q: &mut SendQueue<Owned>, chunk: usize) -> (Vec<u8>, Vec<Owned>) {
+    pub(in crate::transport::tcp) fn drain_with(
+        q: &mut SendQueue<Owned>,
+        chunk: usize,
+    ) -> (Vec<u8>, Vec<Owned>) {
         let mut stream = Vec::new();
         let mut written = Vec::new();
         while q.pending() {

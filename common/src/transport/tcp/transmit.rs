@@ -152,15 +152,9 @@ impl R2tWindows {
 mod tests {
     use super::*;
     use crate::transport::tcp::negotiate::Negotiated;
+    use crate::transport::tcp::send_queue::tests::{drain_with, Owned};
     use crate::wire::cqe::CQE_LEN;
-
-    struct Owned(Vec<u8>);
-
-    impl SendData for Owned {
-        fn bytes(&self) -> &[u8] {
-            &self.0
-        }
-    }
+    use crate::wire::tcp::pdu_type::{C2H_DATA, RSP as CAPSULE_RESP};
 
     /// C2HData and deferred responses of many commands, some past the deferral cap,
     /// written in odd-sized writes, twice (interleaved, then deferred by the burst the
@@ -168,8 +162,6 @@ mod tests {
     /// response follows its last data PDU.
     #[test]
     fn deferred_responses_keep_the_stream_whole() {
-        const C2H_DATA: u8 = 0x07;
-        const CAPSULE_RESP: u8 = 0x05;
         for digests in [false, true] {
             let n = Negotiated {
                 header_digest: digests,
@@ -200,23 +192,8 @@ mod tests {
                     cqe[12..14].copy_from_slice(&cid.to_le_bytes());
                     w.capsule_resp(&cqe, q.deferred()).expect("response");
                 }
-                let mut stream = Vec::new();
-                let mut written = Vec::new();
-                while q.pending() {
-                    let v = q.iovecs();
-                    let mut take = 9_999usize;
-                    for s in v.iter() {
-                        let t = take.min(s.len());
-                        stream.extend_from_slice(&s[..t]);
-                        take -= t;
-                        if take == 0 {
-                            break;
-                        }
-                    }
-                    let n = 9_999 - take;
-                    drop(v);
-                    q.advance(n, &mut written);
-                }
+                // Odd-sized writes: PDUs and segments cut anywhere.
+                let (stream, _written) = drain_with(&mut q, 9_999);
                 let mut off = 0;
                 let mut last_data = std::collections::HashMap::new();
                 let mut answered = Vec::new();
