@@ -43,7 +43,7 @@ impl SendData for Seg {
 /// Read lengths the input chooses from: copied, at the copy threshold, by reference,
 /// past the deferral cap.
 const READ_LENS: [u32; 10] = [
-    1, 100, 512, 1023, 1024, 4096, 8192, 65_536, 131_072, 300_000,
+    1, 100, 512, 1023, 1024, 4096, 8192, 65_536, 131_072, 1_100_000,
 ];
 /// C2HData sizes (the target's chunk).
 const CHUNKS: [u32; 5] = [512, 4096, 8192, 32_768, 131_072];

@@ -32,13 +32,6 @@ use crate::core::DataDir;
 use crate::runtime::stats::bump;
 use crate::runtime::{InCapsule, ReqState, Runtime};
 
-/// Responses to reads of at most this many bytes are deferred (send_queue's module
-/// docs: deferred PDUs). At 128 KiB deferring cost a fifth to half of the throughput
-/// with SPDK's perf at QD 16 (docs/bench-tcp.md): the next command's data delayed each
-/// response by a whole transfer, and a 128 KiB command's segments cost little beside
-/// its data.
-const DEFER_MAX_READ: u32 = 16 << 10;
-
 /// The transport part of a command slot: its R2T state.
 #[derive(Debug, Default)]
 pub struct TcpSlot {
@@ -479,10 +472,12 @@ impl TcpTransport {
         }
         if resp {
             // Released with the responses around it, so that the host completes them
-            // together (send_queue's module docs: deferred PDUs). A response without
-            // data, or to a large read, goes at once: there is nothing to gather it
-            // behind, or its command's data costs far more than a segment does.
-            let to = if c2h > 0 && plan.len <= DEFER_MAX_READ {
+            // together (send_queue's module docs: deferred PDUs), reads of every size:
+            // at 128 KiB QD 16 SPDK's perf sent one command a segment when each
+            // response followed its own data, and its TCP input cost our target 2.4 µs
+            // a command more than SPDK's (docs/bench-tcp.md). A response without data
+            // goes at once: there is nothing to gather it behind.
+            let to = if c2h > 0 {
                 c.tx.deferred()
             } else {
                 &mut c.tx.bytes

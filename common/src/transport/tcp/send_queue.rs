@@ -47,8 +47,11 @@ pub const ZERO_COPY_MIN: usize = 1024;
 /// Most iovecs per `writev`.
 const MAX_IOV: usize = 1024;
 /// Most data (by reference) queued behind a deferred PDU before it is released into the
-/// stream: a 256 KiB write is about 60 responses to 4 KiB reads, or two to 128 KiB reads.
-pub const DEFER_MAX_DATA: usize = 256 << 10;
+/// stream: 1 MiB is 256 responses to 4 KiB reads, or eight to 128 KiB reads (half of a
+/// QD 16 host's queue, so that it completes and resubmits them in one batch). SPDK's
+/// target holds a response until the write of its data has completed, behind a whole
+/// flush (1.5 MB at 128 KiB QD 16 in docs/bench-tcp.md).
+pub const DEFER_MAX_DATA: usize = 1 << 20;
 /// Writes with responses per window of the burst estimate: the largest burst of the
 /// last one to two windows counts.
 const BURST_WINDOW: u32 = 1024;
