@@ -474,7 +474,7 @@ impl TcpTransport {
             // Released with the responses around it, so that the host completes them
             // together (send_queue's module docs: deferred PDUs), reads of every size:
             // at 128 KiB QD 16 SPDK's perf sent one command a segment when each
-            // response followed its own data, and its TCP input cost our target 2.4 µs
+            // response followed its own data, and its TCP input cost our target 2.3 µs
             // a command more than SPDK's (docs/bench-tcp.md). A response without data
             // goes at once: there is nothing to gather it behind.
             let to = if c2h > 0 {
