@@ -1,5 +1,5 @@
 #!/bin/sh
-# boot.sh JOB OUTDIR: boots the 6.12 kernel under qemu, runs JOB as root inside the guest and
+# boot.sh JOB OUTDIR: boots the 6.12 kernel (vm/kernel.sh) under qemu, runs JOB as root inside the guest and
 # exits 0 only when JOB did. OUTDIR is the guest's /vmout (read-write): JOB is copied there as
 # job.sh, its output lands in OUTDIR/job.log, qemu's console in OUTDIR/console.log.
 #
@@ -15,13 +15,15 @@ set -eu
 JOB=$1
 OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-K=$(ls /lib/modules | grep '^6\.12\.' | sort | tail -1)
-[ -n "$K" ] || { echo "no 6.12 kernel: run $HERE/setup.sh" >&2; exit 2; }
-[ -r "/boot/vmlinuz-$K" ] || { echo "/boot/vmlinuz-$K missing" >&2; exit 2; }
 CACHE=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/nvmf-interop
+# The guest's kernel, unpacked privately (vm/kernel.sh; nothing is installed on this machine).
+KDIR=$CACHE/kernel
+K=$("$HERE/kernel.sh" "$KDIR")
+VMLINUZ=$KDIR/root/boot/vmlinuz-$K
+[ -r "$VMLINUZ" ] || { echo "$VMLINUZ missing" >&2; exit 2; }
 INITRD=$CACHE/initrd-$K.img
 if [ ! -f "$INITRD" ] || [ "$HERE/initrd.sh" -nt "$INITRD" ]; then
-  "$HERE/initrd.sh" "$K" "$INITRD"
+  "$HERE/initrd.sh" "$KDIR" "$INITRD"
 fi
 mkdir -p "$OUT"
 cp "$JOB" "$OUT/job.sh"
@@ -36,7 +38,7 @@ done
 # shellcheck disable=SC2086 # INTEROP_ACCEL and INTEROP_DEVICES are lists of qemu arguments
 timeout "${INTEROP_TIMEOUT:-1800}" qemu-system-x86_64 ${INTEROP_ACCEL:--accel tcg,thread=multi -cpu max} \
   -m "${INTEROP_MEM:-3072}" -smp "${INTEROP_CPUS:-2}" -nographic -no-reboot \
-  -kernel "/boot/vmlinuz-$K" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
+  -kernel "$VMLINUZ" -initrd "$INITRD" -append "console=ttyS0 quiet panic=-1" \
   -fsdev local,id=hostroot,path=/,security_model=none,readonly=on \
   -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
   -fsdev local,id=out,path="$OUT",security_model=none -device virtio-9p-pci,fsdev=out,mount_tag=out \

@@ -1,15 +1,20 @@
 #!/bin/sh
-# initrd.sh KERNEL OUT: builds a small initramfs for the interop guest.
+# initrd.sh KDIR OUT: builds a small initramfs for the interop guest.
 #
-# The guest has no disk. Its init loads the virtio/9p/overlay modules of KERNEL, mounts this
-# machine's root (9p tag "hostroot", read-only) as the lower layer of an overlay whose upper
-# layer is tmpfs, mounts the 9p tag "out" read-write at /vmout, switches root and runs
+# KDIR is vm/kernel.sh's folder: the kernel release K in KDIR/release, its modules under
+# KDIR/root/usr/lib/modules/K. The guest has no disk. Its init loads the virtio/9p/overlay
+# modules of K, mounts this machine's root (9p tag "hostroot", read-only) as the lower layer of
+# an overlay whose upper layer is tmpfs, bind-mounts KDIR's modules at /lib/modules/K (this
+# machine has no such kernel installed), mounts the 9p tag "out" read-write at /vmout, switches root and runs
 # /vmout/job.sh as root with its output in /vmout/job.log; the last line of that log is
 # "job exit N". Then it powers the guest off. /tmp is left as it is (the host's, through the
 # overlay): a checkout under /tmp must stay visible in the guest.
 set -eu
-K=$1
+KDIR=$1
 OUT=$2
+K=$(cat "$KDIR/release")
+MODDIR=$KDIR/root/usr/lib/modules/$K
+[ -d "$MODDIR" ] || { echo "initrd.sh: no modules at $MODDIR (run vm/kernel.sh)" >&2; exit 2; }
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/bin" "$W/lib/modules" "$W/proc" "$W/sys" "$W/dev" "$W/ro" "$W/rw" "$W/root"
@@ -18,7 +23,7 @@ for tool in sh mount mkdir insmod switch_root echo cat sleep; do ln -s busybox "
 # Order matters: each module after the ones it depends on. fscache is built into netfs on 6.12.
 MODS="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci netfs fscache 9pnet 9pnet_virtio 9p overlay"
 for m in $MODS; do
-  f=$(modinfo -k "$K" -n "$m" 2>/dev/null) || continue
+  f=$(modinfo -b "$KDIR/root" -k "$K" -n "$m" 2>/dev/null) || continue
   case $f in
     *.ko) cp "$f" "$W/lib/modules/$m.ko" ;;
     *.ko.xz) xz -dc "$f" > "$W/lib/modules/$m.ko" ;;
@@ -38,6 +43,8 @@ mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /ro || fai
 mount -t tmpfs -o size=1g tmpfs /rw
 mkdir -p /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/ro,upperdir=/rw/upper,workdir=/rw/work /root || fail "overlay"
+mkdir -p /root/lib/modules/$K
+mount -o bind /root$MODDIR /root/lib/modules/$K || fail "modules of $K"
 mkdir -p /root/vmout
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /root/vmout || fail "out share"
 for d in proc sys dev; do mount --move /\$d /root/\$d; done
