@@ -55,7 +55,8 @@ exec switch_root /root /bin/sh -c '
   sh /vmout/job.sh >> /vmout/job.log 2>&1
   echo "job exit \$?" >> /vmout/job.log
   sync
-  echo o > /proc/sysrq-trigger'
+  echo o > /proc/sysrq-trigger
+  sleep 30'
 INIT
 chmod +x "$W/init"
 mkdir -p "$(dirname "$OUT")"
