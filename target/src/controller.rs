@@ -83,6 +83,14 @@ struct Inner {
 /// Reservation notifications kept per controller (nvmet keeps 64).
 pub const RESV_LOG_MAX: usize = 64;
 
+/// The keep-alive clock: milliseconds since one instant of the process (the first call),
+/// the same for every controller, so that one conversion serves a whole poll pass.
+pub fn keep_alive_ms(now: Instant) -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    u64::try_from(now.saturating_duration_since(epoch).as_millis()).unwrap_or(u64::MAX)
+}
+
 pub struct Controller {
     pub cntlid: Cntlid,
     pub subsys: Arc<Subsystem>,
@@ -92,8 +100,7 @@ pub struct Controller {
     /// The port the admin queue connected through (discovery filters by it).
     pub port: Arc<PortInfo>,
     kato_ms: AtomicU32,
-    created: Instant,
-    /// Milliseconds since `created` of the last command (traffic-based keep-alive).
+    /// [`keep_alive_ms`] of the last command (traffic-based keep-alive).
     last_activity_ms: AtomicU64,
     ready: AtomicBool,
     dead: AtomicBool,
@@ -127,8 +134,7 @@ impl Controller {
             hostnqn,
             hostid,
             kato_ms: AtomicU32::new(kato_ms),
-            created: Instant::now(),
-            last_activity_ms: AtomicU64::new(0),
+            last_activity_ms: AtomicU64::new(keep_alive_ms(Instant::now())),
             ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             events_ready: AtomicBool::new(false),
@@ -244,9 +250,14 @@ impl Controller {
     }
 
     /// Records host traffic (every command restarts the keep-alive timer: TBKAS).
-    #[inline]
     pub fn touch(&self, now: Instant) {
-        let ms = now.saturating_duration_since(self.created).as_millis() as u64;
+        self.touch_ms(keep_alive_ms(now));
+    }
+
+    /// [`Controller::touch`] with the time already converted ([`keep_alive_ms`]): a
+    /// poll pass converts its clock once, not once a command.
+    #[inline]
+    pub fn touch_ms(&self, ms: u64) {
         self.last_activity_ms.store(ms, Ordering::Relaxed);
     }
 
@@ -257,7 +268,7 @@ impl Controller {
         if kato == 0 || self.is_dead() {
             return false;
         }
-        let now_ms = now.saturating_duration_since(self.created).as_millis() as u64;
+        let now_ms = keep_alive_ms(now);
         let last = self.last_activity_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) > kato {
             self.fatal(&format!(

@@ -344,8 +344,12 @@ impl QueueCtx {
 /// Per-thread execution context: backend channels opened by this poll group.
 pub struct ExecCtx {
     pub target: Arc<Target>,
-    /// The poll loop's clock for this iteration (keep-alive bookkeeping).
+    /// The poll loop's clock for this iteration (keep-alive bookkeeping); set with
+    /// [`ExecCtx::set_now`].
     pub now: Instant,
+    /// `now` on the keep-alive clock ([`crate::controller::keep_alive_ms`]), converted
+    /// once a pass: every command touches its controller with it.
+    pub now_ms: u64,
     channels: crate::fastmap::FastMap<u64, Box<dyn IoChannel>>,
     dirty: Vec<u64>,
     reaped: Vec<IoCompletion>,
@@ -355,14 +359,22 @@ pub struct ExecCtx {
 
 impl ExecCtx {
     pub fn new(target: Arc<Target>) -> Self {
+        let now = Instant::now();
         ExecCtx {
             target,
-            now: Instant::now(),
+            now,
+            now_ms: crate::controller::keep_alive_ms(now),
             channels: crate::fastmap::FastMap::default(),
             dirty: Vec::new(),
             reaped: Vec::with_capacity(256),
             seen_epoch: crate::namespace::ns_retired_epoch(),
         }
+    }
+
+    /// The poll loop's clock for the pass that begins.
+    pub fn set_now(&mut self, now: Instant) {
+        self.now = now;
+        self.now_ms = crate::controller::keep_alive_ms(now);
     }
 
     /// Closes the backend channels of namespaces no longer served (removed or resized
@@ -635,13 +647,13 @@ pub use io::compare_and_write;
 /// Step 3: runs a parsed command whose data (if host-to-controller) is in `req.data`.
 pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) -> Outcome {
     if let Some(c) = &q.ctrl {
-        c.touch(ex.now);
+        c.touch_ms(ex.now_ms);
     }
     let opcode = req.opcode();
     if opcode == FABRICS_OPCODE {
         return fabrics::execute(q, ex, req);
     }
-    let Some(ctrl) = q.ctrl.clone() else {
+    let Some(ctrl) = q.ctrl.as_ref() else {
         req.fail(Status::generic_dnr(generic::COMMAND_SEQUENCE_ERROR));
         return Outcome::Done;
     };
@@ -653,18 +665,21 @@ pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) 
         return Outcome::Done;
     }
     let device = ctrl.subsys.passthru();
-    if q.qid.is_admin() {
-        if ctrl.subsys.is_discovery() {
-            discovery::execute(q, &ctrl, ex, req, tag)
-        } else if let Some(d) = device.filter(|d| passthru::is_device_admin(d, req)) {
-            passthru::execute_admin(d, &ctrl, ex, req, tag)
-        } else {
-            admin::execute(q, &ctrl, ex, req, tag)
-        }
-    } else if device.is_some() {
-        passthru::execute_io(ex, req, tag)
+    if !q.qid.is_admin() {
+        // I/O borrows the controller; only the admin paths below lend `q` out too.
+        return match device {
+            Some(_) => passthru::execute_io(ex, req, tag),
+            None => io::execute(ctrl, ex, req, tag),
+        };
+    }
+    let ctrl = Arc::clone(ctrl);
+    let device = ctrl.subsys.passthru();
+    if ctrl.subsys.is_discovery() {
+        discovery::execute(q, &ctrl, ex, req, tag)
+    } else if let Some(d) = device.filter(|d| passthru::is_device_admin(d, req)) {
+        passthru::execute_admin(d, &ctrl, ex, req, tag)
     } else {
-        io::execute(&ctrl, ex, req, tag)
+        admin::execute(q, &ctrl, ex, req, tag)
     }
 }
 

@@ -243,7 +243,7 @@ fn run<T: Transport>(
             }
         }
         let mut now = Instant::now();
-        rt.ex.now = now;
+        rt.ex.set_now(now);
         let now_ns = stats::mono_ns();
         rt.now_ns = now_ns;
         let pass_ns = now_ns.saturating_sub(pass_start);
@@ -494,7 +494,7 @@ impl<T: Transport> Runtime<T> {
         let deadline = Instant::now() + SHUTDOWN_DRAIN;
         let start = self.commands_in_flight();
         while self.commands_in_flight() > 0 && Instant::now() < deadline {
-            self.ex.now = Instant::now();
+            self.ex.set_now(Instant::now());
             let mut n = t.poll(self, true);
             n += self.reap_backends(t, reaped);
             // Held commands go on without their budget: they are answered in the drain.

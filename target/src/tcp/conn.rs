@@ -445,15 +445,13 @@ impl TcpTransport {
                     // copied: the pieces before the last are as long as this one).
                     let takes_buf = data.len().saturating_sub(p.range().end) < ZERO_COPY_MIN;
                     let by_ref = || {
-                        let release = if takes_buf { buf.take() } else { None };
-                        let at = base + p.range().start;
-                        match DmaSlice::new(arena.clone(), at, piece.len()) {
-                            Some(slice) => Some(PoolData { slice, release }),
-                            None => {
-                                spare = release;
-                                None
-                            }
+                        let at = p.range().start;
+                        if let Some(b) = buf.take_if(|_| takes_buf) {
+                            return PoolData::last(b, at, piece.len())
+                                .map_err(|b| spare = Some(b))
+                                .ok();
                         }
+                        DmaSlice::new(arena.clone(), base + at, piece.len()).map(PoolData::Before)
                     };
                     if let Err(e) = c.tx.push_data_pdu(&w, cid, 0, p, piece, by_ref) {
                         err = Some(e);
