@@ -39,12 +39,14 @@ use crate::reconnect::RetryPolicy;
 use crate::requeue::{Generation, Recovery, MAX_FRUITLESS_RECONNECTS};
 use crate::transport::{DataDir, IoBuf, WaitOn};
 
+use super::clock::{JobClock, Now};
 use super::idle::{wait_all, IdleSpin, IDLE_CLOCK_EVERY, WAIT_ALL, WAIT_SLICE};
 
 /// How often the loop checks the clock-driven conditions.
 pub const HOUSEKEEPING: Duration = Duration::from_millis(10);
 /// Width of one bucket of the IOPS timeline.
 pub const TIMELINE_BUCKET: Duration = Duration::from_millis(100);
+const TIMELINE_BUCKET_NS: u64 = TIMELINE_BUCKET.as_nanos() as u64;
 /// Highest latency the histograms track (longer ones saturate): 10 minutes.
 pub const MAX_LATENCY_NS: u64 = 600_000_000_000;
 /// Significant digits of the latency histograms.
@@ -176,7 +178,8 @@ struct Slot {
     nblocks: u32,
     write: bool,
     gen: u32,
-    t0: Instant,
+    /// Submitted at (the job clock's nanoseconds).
+    t0: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,7 +213,13 @@ struct Job<'a> {
     next_gen: u32,
     scratch: Vec<u8>,
     out: JobOutcome,
-    last_record: Option<Instant>,
+    clock: JobClock,
+    /// The end of the ramp on the job clock.
+    ramp_end_ns: u64,
+    /// The longest any command took (folded into `out.ages` at the end).
+    longest_ns: u64,
+    /// The last recorded completion, on the job clock.
+    last_record: Option<u64>,
     failed: bool,
     /// Slots with no command in flight (a stack).
     free: Vec<usize>,
@@ -309,7 +318,8 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
             ));
         }
         let max_len = cfg.max_blocks as usize * cfg.block_size as usize;
-        let now = Instant::now();
+        let clock = JobClock::new(cfg.ramp_end);
+        let now = clock.now();
         // The report covers this job's commands only.
         let _ = q.take_command_ages();
         let job = Job {
@@ -324,7 +334,7 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
                     nblocks: 0,
                     write: false,
                     gen: 0,
-                    t0: now,
+                    t0: now.ns,
                 };
                 depth
             ],
@@ -357,6 +367,9 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
                 paths: Vec::new(),
                 ages: CommandAges::default(),
             },
+            clock,
+            ramp_end_ns: clock.ns(cfg.ramp_end),
+            longest_ns: 0,
             last_record: None,
             failed: false,
             free: (0..depth).rev().collect(),
@@ -478,7 +491,11 @@ impl<'a, Q: IoQueue> JobRunner<'a, Q> {
         job.out.paths = self.q.path_ios();
         job.out.ages.merge(self.q.take_command_ages());
         let cfg = job.cfg;
-        let end = job.last_record.unwrap_or(cfg.ramp_end);
+        let longest = Duration::from_nanos(job.longest_ns);
+        job.out.ages.longest = job.out.ages.longest.max(longest);
+        let end = job
+            .last_record
+            .map_or(cfg.ramp_end, |ns| job.clock.instant(ns));
         job.out.elapsed = end.saturating_duration_since(cfg.ramp_end);
         job.progress.done.store(true, Ordering::Relaxed);
         job.out
@@ -590,7 +607,7 @@ impl Job<'_> {
         q: &mut Q,
         s: usize,
         p: Planned,
-        now: Instant,
+        now: Now,
     ) -> Result<bool, Error> {
         let cfg = self.cfg;
         let bs = cfg.block_size as usize;
@@ -627,7 +644,7 @@ impl Job<'_> {
                 DataDir::FromCtrl,
             )
         };
-        match q.submit_at(sqe, Some(data), dir, s as u64, now) {
+        match q.submit_at(sqe, Some(data), dir, s as u64, now.at) {
             Ok(_) => {}
             Err(Error::QueueFull) => return Ok(false),
             Err(e) => return Err(e),
@@ -639,7 +656,7 @@ impl Job<'_> {
                 nblocks: p.nblocks,
                 write: p.write,
                 gen,
-                t0: now,
+                t0: now.ns,
             };
         }
         Ok(true)
@@ -647,15 +664,15 @@ impl Job<'_> {
 
     /// Accounts one completion. Returns false when the command is to be retried after
     /// a reconnect (a host timeout while recovering) rather than its slot freed.
-    fn finish(&mut self, c: &Completion, now: Instant, phase: Phase) -> bool {
+    fn finish(&mut self, c: &Completion, now_ns: u64, phase: Phase) -> bool {
         let Some(slot) = self.slots.get(c.tag as usize).copied() else {
             return true;
         };
         let cfg = self.cfg;
         let bs = cfg.block_size as usize;
         let len = slot.nblocks as usize * bs;
-        let age = now.saturating_duration_since(slot.t0);
-        self.out.ages.longest = self.out.ages.longest.max(age);
+        let age_ns = now_ns.saturating_sub(slot.t0);
+        self.longest_ns = self.longest_ns.max(age_ns);
         if self.recovering && c.is_host_timeout() {
             return false;
         }
@@ -689,9 +706,7 @@ impl Job<'_> {
         if cfg.verify {
             self.verify_completion(&slot, c.tag as usize, len, phase);
         }
-        if phase == Phase::Main && slot.t0 >= cfg.ramp_end {
-            let ns = now.saturating_duration_since(slot.t0).as_nanos();
-            let ns = u64::try_from(ns).unwrap_or(u64::MAX);
+        if phase == Phase::Main && slot.t0 >= self.ramp_end_ns {
             let d = if slot.write {
                 &mut self.out.write
             } else {
@@ -699,9 +714,8 @@ impl Job<'_> {
             };
             d.ios += 1;
             d.bytes += len as u64;
-            d.hist.saturating_record(ns.max(1));
-            let bucket = (now.saturating_duration_since(cfg.ramp_end).as_millis()
-                / TIMELINE_BUCKET.as_millis()) as usize;
+            d.hist.saturating_record(age_ns.max(1));
+            let bucket = (now_ns.saturating_sub(self.ramp_end_ns) / TIMELINE_BUCKET_NS) as usize;
             if bucket >= self.out.timeline.len() {
                 // Grows once per bucket (every 100 ms), not per I/O.
                 self.out.timeline.resize(bucket + 1, 0);
@@ -709,7 +723,7 @@ impl Job<'_> {
             if let Some(b) = self.out.timeline.get_mut(bucket) {
                 *b += 1;
             }
-            self.last_record = Some(now);
+            self.last_record = Some(now_ns);
         }
         true
     }
@@ -755,7 +769,7 @@ impl Job<'_> {
             self.resubmit_retries(q)?;
         }
         if !st.stop_submit && !self.free.is_empty() {
-            let now = Instant::now();
+            let now = self.clock.now();
             let mut submitted = 0usize;
             while let Some(&s) = self.free.last() {
                 let Some(p) = self.pending.take().or_else(|| self.next_io(phase)) else {
@@ -789,10 +803,10 @@ impl Job<'_> {
         let now = st
             .idle_polls
             .is_multiple_of(IDLE_CLOCK_EVERY)
-            .then(Instant::now);
+            .then(|| self.clock.now());
         if let Some(now) = now {
             for c in st.comps.iter() {
-                if self.finish(c, now, phase) {
+                if self.finish(c, now.ns, phase) {
                     self.free.push(c.tag as usize);
                 } else {
                     self.retry.push(c.tag as usize);
@@ -819,7 +833,7 @@ impl Job<'_> {
         if self.failed {
             st.stop_submit = true;
         }
-        if let Some(now) = now.filter(|n| *n >= st.next_housekeeping) {
+        if let Some(now) = now.map(|n| n.at).filter(|n| *n >= st.next_housekeeping) {
             st.next_housekeeping = now + HOUSEKEEPING;
             if phase == Phase::Main && self.cfg.end.is_some_and(|e| now >= e) {
                 st.stop_submit = true;

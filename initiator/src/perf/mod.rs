@@ -14,6 +14,7 @@
 //! [`run_recovering`] survives a lost connection: jobs go on, on the queues of the
 //! reconnected controller.
 
+mod clock;
 pub mod cpus;
 mod idle;
 pub mod job;
