@@ -664,12 +664,12 @@ pub fn execute(q: &mut QueueCtx, ex: &mut ExecCtx, req: &mut Request, tag: u64) 
         req.fail(Status::generic_retryable(generic::ABORTED_SQ_DELETION));
         return Outcome::Done;
     }
-    let device = ctrl.subsys.passthru();
     if !q.qid.is_admin() {
         // I/O borrows the controller; only the admin paths below lend `q` out too.
-        return match device {
-            Some(_) => passthru::execute_io(ex, req, tag),
-            None => io::execute(ctrl, ex, req, tag),
+        return if ctrl.subsys.passthru().is_some() {
+            passthru::execute_io(ex, req, tag)
+        } else {
+            io::execute(ctrl, ex, req, tag)
         };
     }
     let ctrl = Arc::clone(ctrl);
