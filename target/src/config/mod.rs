@@ -200,7 +200,8 @@ fn is_dynamic(m: &ControllerModel) -> bool {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
-    /// Busy-poll while busy, sleep on completion events when idle.
+    /// Busy-poll while busy (yielding the CPU while it waits on a single backend I/O),
+    /// sleep on completion events when idle.
     #[default]
     Adaptive,
     /// Always busy-poll (lowest latency, burns a core per poll group).

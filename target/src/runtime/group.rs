@@ -7,7 +7,8 @@
 //!
 //! Waiting follows `transport.poll_mode`: `poll` spins, `interrupt` sleeps in
 //! `epoll_wait` (the transport's descriptors, backend eventfds, the hand-over eventfd),
-//! `adaptive` spins for [`ADAPTIVE_SPIN`] after the last work, then sleeps.
+//! `adaptive` spins for [`ADAPTIVE_SPIN`] after the last work (yielding the CPU on a pass
+//! that found nothing while it waits on one backend I/O: [`IdlePause`]), then sleeps.
 //!
 //! Shutdown is graceful and the same on every fabric: once the stop flag is set (the
 //! listeners have stopped accepting), capsules that arrive are not executed and get no
@@ -42,6 +43,9 @@ use crate::target::Target;
 
 /// How long an adaptive poller spins without work before it sleeps.
 pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(200);
+/// Backend I/O in flight at which an adaptive group's empty pass yields its CPU
+/// ([`IdlePause`]).
+const YIELD_IN_FLIGHT: usize = 1;
 /// Longest sleep, so timers (keep-alive, stalls) run.
 const MAX_SLEEP_MS: u16 = 20;
 /// Longest sleep while commands wait for QoS budget (the admission resolution).
@@ -304,7 +308,7 @@ fn run<T: Transport>(
         if work > 0 {
             last_work = now;
         } else if spin {
-            std::hint::spin_loop();
+            IdlePause::of(rt.mode, || rt.ex.in_flight()).pause();
         }
         prev_work = work;
     }
@@ -314,6 +318,44 @@ fn run<T: Transport>(
     t.shutdown(&mut rt);
     rt.publish_gauges();
     debug!(group = rt.index, "{} poll group stopped", T::NAME);
+}
+
+/// What a spinning group does after a pass that found nothing, before the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdlePause {
+    /// Ease the pipeline (`spin_loop`) and poll again.
+    Spin,
+    /// Give the CPU to whatever else is runnable on it (`sched_yield`), then poll again.
+    Yield,
+}
+
+impl IdlePause {
+    /// `poll` always spins: the group owns its CPU, as SPDK's reactor does. `adaptive`
+    /// yields while exactly [`YIELD_IN_FLIGHT`] backend I/O is in flight: the group then
+    /// has nothing to do until other threads finish it (librbd's messenger and completion
+    /// threads, io_uring's workers), and those may need this very CPU; they run now rather
+    /// than when the spin window or the scheduler's slice ends, and with nothing else
+    /// runnable the yield returns at once. With more in flight it spins: completions that
+    /// wait for the end of the group's slice are then reaped in batches, and yielding on
+    /// every empty pass cost RBD 4 KiB reads at QD 32 a quarter of their IOPS with every
+    /// gateway thread on one CPU. With nothing in flight it spins too: the next work is a
+    /// capsule from the fabric, and a system call a pass cost the loopback fabric's 1 µs
+    /// round trip a fifth. (docs/bench-rbd.md, session 32.)
+    /// `backend_in_flight` is asked only in `adaptive` mode (a sum over the channels).
+    fn of(mode: PollMode, backend_in_flight: impl FnOnce() -> usize) -> Self {
+        if mode == PollMode::Adaptive && backend_in_flight() == YIELD_IN_FLIGHT {
+            IdlePause::Yield
+        } else {
+            IdlePause::Spin
+        }
+    }
+
+    fn pause(self) {
+        match self {
+            IdlePause::Spin => std::hint::spin_loop(),
+            IdlePause::Yield => std::thread::yield_now(),
+        }
+    }
 }
 
 impl<T: Transport> Runtime<T> {
@@ -538,5 +580,24 @@ impl<T: Transport> Runtime<T> {
                 std::thread::sleep(DRAIN_POLL);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_pass_yields_only_when_adaptive_and_waiting_on_one_backend_io() {
+        assert_eq!(IdlePause::of(PollMode::Adaptive, || 1), IdlePause::Yield);
+        // Nothing in flight: the next work comes from the fabric.
+        assert_eq!(IdlePause::of(PollMode::Adaptive, || 0), IdlePause::Spin);
+        // Several in flight: their completions are reaped in batches.
+        assert_eq!(IdlePause::of(PollMode::Adaptive, || 2), IdlePause::Spin);
+        assert_eq!(IdlePause::of(PollMode::Adaptive, || 32), IdlePause::Spin);
+        assert_eq!(IdlePause::of(PollMode::Poll, || 1), IdlePause::Spin);
+        assert_eq!(IdlePause::of(PollMode::Poll, || 0), IdlePause::Spin);
+        // Interrupt mode never spins; asked anyway, it does not yield either.
+        assert_eq!(IdlePause::of(PollMode::Interrupt, || 1), IdlePause::Spin);
     }
 }
