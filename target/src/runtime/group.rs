@@ -341,6 +341,7 @@ impl IdlePause {
     /// gateway thread on one CPU. With nothing in flight it spins too: the next work is a
     /// capsule from the fabric, and a system call a pass cost the loopback fabric's 1 µs
     /// round trip a fifth. (docs/bench-rbd.md, session 32.)
+    ///
     /// `backend_in_flight` is asked only in `adaptive` mode (a sum over the channels).
     fn of(mode: PollMode, backend_in_flight: impl FnOnce() -> usize) -> Self {
         if mode == PollMode::Adaptive && backend_in_flight() == YIELD_IN_FLIGHT {
