@@ -201,7 +201,7 @@ fn is_dynamic(m: &ControllerModel) -> bool {
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Busy-poll while busy (yielding the CPU while it waits on a single backend I/O),
-    /// sleep on completion events when idle.
+    /// sleep on completion events when idle or when several backend I/Os are in flight.
     #[default]
     Adaptive,
     /// Always busy-poll (lowest latency, burns a core per poll group).

@@ -8,7 +8,8 @@
 //! Waiting follows `transport.poll_mode`: `poll` spins, `interrupt` sleeps in
 //! `epoll_wait` (the transport's descriptors, backend eventfds, the hand-over eventfd),
 //! `adaptive` spins for [`ADAPTIVE_SPIN`] after the last work (yielding the CPU on a pass
-//! that found nothing while it waits on one backend I/O: [`IdlePause`]), then sleeps.
+//! that found nothing while it waits on one backend I/O: [`IdlePause`]), then sleeps; with
+//! more backend I/O than that in flight it does not spin at all ([`adaptive_spins`]).
 //!
 //! Shutdown is graceful and the same on every fabric: once the stop flag is set (the
 //! listeners have stopped accepting), capsules that arrive are not executed and get no
@@ -44,7 +45,7 @@ use crate::target::Target;
 /// How long an adaptive poller spins without work before it sleeps.
 pub const ADAPTIVE_SPIN: Duration = Duration::from_micros(200);
 /// Backend I/O in flight at which an adaptive group's empty pass yields its CPU
-/// ([`IdlePause`]).
+/// ([`IdlePause`]); with more in flight it does not spin ([`adaptive_spins`]).
 const YIELD_IN_FLIGHT: usize = 1;
 /// Longest sleep, so timers (keep-alive, stalls) run.
 const MAX_SLEEP_MS: u16 = 20;
@@ -261,7 +262,9 @@ fn run<T: Transport>(
         pass_start = now_ns;
         let spin = match rt.mode {
             PollMode::Poll => true,
-            PollMode::Adaptive => now.duration_since(last_work) < ADAPTIVE_SPIN,
+            PollMode::Adaptive => {
+                adaptive_spins(now.duration_since(last_work), || rt.ex.in_flight())
+            }
             PollMode::Interrupt => false,
         };
         work += t.poll(&mut rt, spin);
@@ -320,6 +323,20 @@ fn run<T: Transport>(
     debug!(group = rt.index, "{} poll group stopped", T::NAME);
 }
 
+/// Whether an adaptive group spins this pass: for [`ADAPTIVE_SPIN`] after its last work,
+/// and only while at most [`YIELD_IN_FLIGHT`] backend I/O is in flight. With more in
+/// flight its next work is their completions, done by other threads (librbd's messenger
+/// and completion threads, io_uring's workers) that may need this very CPU: it sleeps in
+/// epoll until one comes (the backends' eventfds) or the fabric has work, as in
+/// `interrupt` mode, and those threads run meanwhile. Spinning there held them off
+/// until the scheduler's slice ended: with every RBD gateway thread on one CPU, 4 KiB
+/// reads at QD 32 made 13.8K IOPS with a p99 of 21.6 ms spinning and 24.3K with 2.7 ms
+/// not (docs/bench-rbd.md, session 33). `backend_in_flight` is asked only within the
+/// spin window.
+fn adaptive_spins(idle: Duration, backend_in_flight: impl FnOnce() -> usize) -> bool {
+    idle < ADAPTIVE_SPIN && backend_in_flight() <= YIELD_IN_FLIGHT
+}
+
 /// What a spinning group does after a pass that found nothing, before the next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum IdlePause {
@@ -335,12 +352,13 @@ impl IdlePause {
     /// has nothing to do until other threads finish it (librbd's messenger and completion
     /// threads, io_uring's workers), and those may need this very CPU; they run now rather
     /// than when the spin window or the scheduler's slice ends, and with nothing else
-    /// runnable the yield returns at once. With more in flight it spins: completions that
-    /// wait for the end of the group's slice are then reaped in batches, and yielding on
-    /// every empty pass cost RBD 4 KiB reads at QD 32 a quarter of their IOPS with every
-    /// gateway thread on one CPU. With nothing in flight it spins too: the next work is a
-    /// capsule from the fabric, and a system call a pass cost the loopback fabric's 1 µs
-    /// round trip a fifth. (docs/bench-rbd.md, session 32.)
+    /// runnable the yield returns at once. With more in flight an adaptive group does not
+    /// spin at all ([`adaptive_spins`]); yielding on each of its empty passes instead cost
+    /// RBD 4 KiB reads at QD 32 a quarter of their IOPS with every gateway thread on one
+    /// CPU (the yields handed those threads the CPU once a completion, where sleeping
+    /// hands it over until one is done). With nothing in flight it spins: the next work
+    /// is a capsule from the fabric, and a system call a pass cost the loopback fabric's
+    /// 1 µs round trip a fifth. (docs/bench-rbd.md, sessions 32 and 33.)
     ///
     /// `backend_in_flight` is asked only in `adaptive` mode (a sum over the channels).
     fn of(mode: PollMode, backend_in_flight: impl FnOnce() -> usize) -> Self {
@@ -600,5 +618,18 @@ mod tests {
         assert_eq!(IdlePause::of(PollMode::Poll, || 0), IdlePause::Spin);
         // Interrupt mode never spins; asked anyway, it does not yield either.
         assert_eq!(IdlePause::of(PollMode::Interrupt, || 1), IdlePause::Spin);
+    }
+
+    #[test]
+    fn adaptive_group_spins_only_in_its_window_and_with_at_most_one_backend_io() {
+        let inside = ADAPTIVE_SPIN / 2;
+        assert!(adaptive_spins(inside, || 0));
+        assert!(adaptive_spins(inside, || YIELD_IN_FLIGHT));
+        // Several in flight: it sleeps until a completion or the fabric wakes it.
+        assert!(!adaptive_spins(inside, || YIELD_IN_FLIGHT + 1));
+        assert!(!adaptive_spins(inside, || 32));
+        // Past the window it sleeps whatever is in flight, and does not ask.
+        assert!(!adaptive_spins(ADAPTIVE_SPIN, || unreachable!()));
+        assert!(!adaptive_spins(ADAPTIVE_SPIN * 2, || unreachable!()));
     }
 }
