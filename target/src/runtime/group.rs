@@ -611,7 +611,8 @@ mod tests {
         assert_eq!(IdlePause::of(PollMode::Adaptive, || 1), IdlePause::Yield);
         // Nothing in flight: the next work comes from the fabric.
         assert_eq!(IdlePause::of(PollMode::Adaptive, || 0), IdlePause::Spin);
-        // Several in flight: their completions are reaped in batches.
+        // Several in flight: an adaptive group does not spin then (`adaptive_spins`);
+        // asked anyway, it does not yield.
         assert_eq!(IdlePause::of(PollMode::Adaptive, || 2), IdlePause::Spin);
         assert_eq!(IdlePause::of(PollMode::Adaptive, || 32), IdlePause::Spin);
         assert_eq!(IdlePause::of(PollMode::Poll, || 1), IdlePause::Spin);
